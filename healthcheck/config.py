@@ -1,0 +1,227 @@
+"""The one TOML config file: where it is, what it may hold, and typed access to it.
+
+Built-in defaults live in ``healthcheck/data/defaults.toml`` (data, not code); the admin's
+file is merged over them and the result is validated against ``CONFIG_SCHEMA``.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import socket
+from importlib import resources
+from typing import Any, Dict, List, Mapping, Optional
+
+from . import tomlio
+from .schema import Field, Problem, merge, validate
+
+DEFAULT_CONFIG_PATH = "/etc/slurm-gpu-hooks/config.toml"
+CONFIG_ENV = "SLURM_GPU_HOOKS_CONFIG"
+
+ACTIONS = ("none", "warn", "drain")
+TIERS = ("prolog", "health", "deep")
+
+
+def hostlist_problem(expression: str) -> Optional[str]:
+    """None when ``expression`` is a valid hostlist (or glob); else what is wrong."""
+    if is_glob(expression):
+        return None if expression.strip() else "is empty"
+    import hostlist
+
+    try:
+        hosts = hostlist.expand_hostlist(expression)
+    except hostlist.BadHostlist as exc:
+        return f"malformed hostlist {expression!r} ({exc})"
+    return None if hosts else f"hostlist {expression!r} names no host"
+
+
+def is_glob(expression: str) -> bool:
+    return "*" in expression or "?" in expression
+
+
+def node_matches(expression: str, node: str) -> bool:
+    if is_glob(expression):
+        return fnmatch.fnmatchcase(node, expression)
+    import hostlist
+
+    return node in hostlist.expand_hostlist(expression)
+
+
+def _ib_port_problem(value: str) -> Optional[str]:
+    hca, sep, port = value.partition(":")
+    if not sep or not hca or not port.isdigit():
+        return f"{value!r} is not HCA:PORT"
+    return None
+
+
+NODE_SCHEMA: Dict[str, Any] = {
+    "match": Field(str, required=True, check=hostlist_problem,
+                   doc="a hostlist expression such as gpu[1-3,7] or a glob such as gpu*"),
+    "gpus": Field(int, minimum=0),
+    "gpu_model": Field(str),
+    "nvlinks_per_gpu": Field(int, minimum=0),
+    "nvswitch_fabric": Field(bool),
+    "ib_ports": Field(list, item=Field(str, check=_ib_port_problem, doc="HCA:PORT, e.g. mlx5_0:1")),
+    "ib_rate_gbps": Field(float, minimum=0),
+    "ib_link_layer": Field(str, choices=("InfiniBand", "Ethernet")),
+    "roce_gid_index": Field(int, minimum=0),
+    "power_limit_w": Field(float, minimum=0),
+    "pcie_gen": Field(int, minimum=1),
+    "pcie_width": Field(int, minimum=1),
+}
+
+_NUMBER = Field(float, minimum=0)
+_ACTION = Field(str, choices=ACTIONS)
+
+CONFIG_SCHEMA: Dict[str, Any] = {
+    "paths": {
+        "state_dir": Field(str),
+        "kernel_log": Field(str, doc='"auto", "kmsg", "journal" or a file path'),
+        "sysfs_root": Field(str),
+    },
+    "gpu": {
+        "backend": Field(str, choices=("nvml", "sim")),
+        "probe_timeout_s": Field(float, minimum=0.1),
+    },
+    "sim": {
+        "profile": Field(str),
+        "nodes": Field(dict, values=Field(str)),
+    },
+    "nodes": Field(list, item=NODE_SCHEMA),
+    "thresholds": Field(dict, values=_NUMBER),
+    "actions": Field(dict, values=_ACTION),
+    "tiers": Field(dict, values=Field(list, item=Field(str))),
+    "xid": {
+        "actions": Field(dict, values=Field(str, choices=(
+            "ignore", "job", "reset_gpu", "reboot", "contact_support"))),
+        "flood_window_s": _NUMBER,
+        "escalate": Field(dict, values=Field(dict)),
+        "rescan_bytes": Field(int, minimum=0),
+    },
+    "drain": {
+        "reason_prefix": Field(str),
+        "max_reason_len": Field(int, minimum=20),
+    },
+    "dcgm": {
+        "dcgmi": Field(str),
+        "levels": Field(dict, values=Field(int, minimum=1)),
+        "timeout_s": _NUMBER,
+    },
+    "logging": {
+        "level": Field(str, choices=("debug", "info", "warning", "error")),
+        "file": Field(str),
+    },
+}
+
+class ConfigError(Exception):
+    """Every problem found in a config file, each formatted as one line."""
+
+    def __init__(self, path: str, problems: List[Problem]):
+        self.path = path
+        self.problems = problems
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> List[str]:
+        return [f"{self.path}: {key}: {what}; {allowed}" for key, what, allowed in self.problems]
+
+
+def builtin_defaults() -> Dict[str, Any]:
+    text = resources.files("healthcheck").joinpath("data/defaults.toml").read_text("utf-8")
+    return tomlio.loads(text)
+
+
+def config_path(explicit: Optional[str] = None, env: Mapping[str, str] = os.environ) -> str:
+    return explicit or env.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+
+
+def read_document(path: str) -> Dict[str, Any]:
+    try:
+        return tomlio.load_file(path)
+    except FileNotFoundError:
+        raise ConfigError(path, [("(file)", "does not exist", "a readable TOML file")]) from None
+    except PermissionError:
+        raise ConfigError(path, [("(file)", "cannot be read (permission denied)", "a readable TOML file")]) from None
+    except IsADirectoryError:
+        raise ConfigError(path, [("(file)", "is a directory", "a readable TOML file")]) from None
+    except (tomlio.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, [("(syntax)", str(exc), "valid TOML")]) from None
+
+
+class Config:
+    """The effective configuration: defaults merged with the admin's file, validated."""
+
+    def __init__(self, data: Dict[str, Any], path: Optional[str] = None):
+        self.data = data
+        self.path = path
+        self.base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def load(cls, explicit: Optional[str] = None, env: Mapping[str, str] = os.environ) -> "Config":
+        """Load the config; a missing *default* file means built-in defaults."""
+        path = config_path(explicit, env)
+        if path == DEFAULT_CONFIG_PATH and not explicit and not os.path.exists(path):
+            return cls.from_document({}, None)
+        return cls.from_document(read_document(path), path)
+
+    @classmethod
+    def from_document(cls, doc: Dict[str, Any], path: Optional[str]) -> "Config":
+        problems = validate(doc, CONFIG_SCHEMA)
+        if not problems:
+            problems = _cross_checks(doc)
+        if problems:
+            raise ConfigError(path or "(built-in)", problems)
+        return cls(merge(builtin_defaults(), doc), path)
+
+    # -- access ---------------------------------------------------------------------------
+    def section(self, name: str) -> Dict[str, Any]:
+        return self.data.get(name, {})
+
+    def resolve(self, path: str) -> str:
+        """A path from the config file, relative to the file's own directory."""
+        return path if os.path.isabs(path) else os.path.normpath(os.path.join(self.base_dir, path))
+
+    @property
+    def state_dir(self) -> str:
+        return self.resolve(self.data["paths"]["state_dir"])
+
+    @property
+    def backend(self) -> str:
+        return self.data["gpu"]["backend"]
+
+    def expected_hardware(self, node: str) -> Dict[str, Any]:
+        """The first ``[[nodes]]`` entry whose ``match`` names ``node`` (empty when none)."""
+        for entry in self.data.get("nodes", []):
+            if node_matches(entry["match"], node):
+                return entry
+        return {}
+
+    def sim_profile_path(self, node: str) -> Optional[str]:
+        sim = self.section("sim")
+        chosen = sim.get("nodes", {}).get(node) or sim.get("profile")
+        return self.resolve(chosen) if chosen else None
+
+    def threshold(self, name: str) -> float:
+        return self.data["thresholds"][name]
+
+    def action(self, check_id: str) -> str:
+        return self.data["actions"].get(check_id, "warn")
+
+    def tier(self, name: str) -> List[str]:
+        return list(self.data["tiers"].get(name, []))
+
+    def as_toml(self) -> str:
+        return tomlio.dumps(self.data)
+
+
+def _cross_checks(doc: Dict[str, Any]) -> List[Problem]:
+    problems: List[Problem] = []
+    tiers = doc.get("tiers", {})
+    for name in tiers:
+        if name not in TIERS:
+            problems.append((f"tiers.{name}", "unknown tier", "one of " + ", ".join(TIERS)))
+    return problems
+
+
+def node_name(explicit: Optional[str] = None, env: Mapping[str, str] = os.environ) -> str:
+    """``--node``, else ``SLURMD_NODENAME`` (several slurmd may share a host), else the short hostname."""
+    return explicit or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]

@@ -1,0 +1,44 @@
+"""The one shape every check returns: a Finding, and how a set of them sums up."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Iterable, Optional
+
+STATUSES = ("ok", "warn", "fail", "error")          # worst last
+ACTIONS = ("none", "warn", "drain")                  # strongest last
+
+# ``slurm-gpu check`` exit status per overall status (a contract).
+EXIT_CODES = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
+
+
+@dataclass
+class Finding:
+    check: str                       # check id, e.g. "gpu.ecc.uncorrectable"
+    status: str                      # ok | warn | fail | error
+    action: str                      # none | warn | drain (from config per check)
+    message: str                     # one line an admin understands
+    gpu: Optional[int] = None        # NVML index
+    uuid: Optional[str] = None
+    pci_bus_id: Optional[str] = None
+    hca: Optional[str] = None
+    port: Optional[int] = None
+    evidence: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def worst_status(findings: Iterable[Finding]) -> str:
+    worst = "ok"
+    for finding in findings:
+        if STATUSES.index(finding.status) > STATUSES.index(worst):
+            worst = finding.status
+    return worst
+
+
+def strongest_action(findings: Iterable[Finding]) -> str:
+    strongest = "none"
+    for finding in findings:
+        if ACTIONS.index(finding.action) > ACTIONS.index(strongest):
+            strongest = finding.action
+    return strongest

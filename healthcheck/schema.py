@@ -1,0 +1,114 @@
+"""A small declarative validator for TOML documents (config files and simulator profiles).
+
+A schema is a dict of key -> Field or nested dict (a table).  Validation collects every
+problem as ``(dotted.key, what is wrong, what is allowed)`` instead of stopping at the
+first, so an admin fixes a file in one pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+Problem = Tuple[str, str, str]
+
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+               list: "a list", dict: "a table"}
+
+
+@dataclass
+class Field:
+    """One leaf value.
+
+    ``kind`` is a Python type (int, float, str, bool, list, dict); floats accept ints.
+    ``item`` validates list items (a Field or a schema dict for tables); ``values`` validates
+    the values of a free-keyed table; ``check`` returns an error string or None.
+    """
+    kind: type
+    default: Any = None
+    choices: Optional[Sequence[Any]] = None
+    minimum: Optional[float] = None
+    item: Any = None
+    values: Any = None
+    check: Optional[Callable[[Any], Optional[str]]] = None
+    required: bool = False
+    doc: str = ""
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+def type_ok(kind: type, value: Any) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def allowed_text(spec: Field) -> str:
+    if spec.choices is not None:
+        return "one of " + ", ".join(repr(c) for c in spec.choices)
+    text = _TYPE_NAMES.get(spec.kind, spec.kind.__name__)
+    if spec.minimum is not None:
+        text += f" >= {spec.minimum:g}"
+    return text
+
+
+def validate(doc: Any, schema: Dict[str, Any], prefix: str = "") -> List[Problem]:
+    problems: List[Problem] = []
+    if not isinstance(doc, dict):
+        return [(prefix or "(top)", f"is {type(doc).__name__}", "a table")]
+    for key, value in doc.items():
+        dotted = f"{prefix}{key}"
+        if key not in schema:
+            allowed = ", ".join(sorted(schema)) or "no keys"
+            problems.append((dotted, "unknown key", f"allowed here: {allowed}"))
+            continue
+        problems.extend(validate_value(value, schema[key], dotted))
+    for key, spec in schema.items():
+        if isinstance(spec, Field) and spec.required and key not in doc:
+            problems.append((f"{prefix}{key}", "is missing", allowed_text(spec)))
+    return problems
+
+
+def validate_value(value: Any, spec: Any, dotted: str) -> List[Problem]:
+    if isinstance(spec, dict):
+        return validate(value, spec, dotted + ".")
+    if not type_ok(spec.kind, value):
+        return [(dotted, f"has the wrong type ({type(value).__name__} {value!r})", allowed_text(spec))]
+    problems: List[Problem] = []
+    if spec.choices is not None and value not in spec.choices:
+        problems.append((dotted, f"{value!r} is not allowed", allowed_text(spec)))
+    if spec.minimum is not None and value < spec.minimum:
+        problems.append((dotted, f"{value!r} is below the minimum", allowed_text(spec)))
+    if spec.item is not None and isinstance(value, list):
+        for index, item in enumerate(value):
+            problems.extend(validate_value(item, spec.item, f"{dotted}[{index}]"))
+    if spec.values is not None and isinstance(value, dict):
+        for key, item in value.items():
+            problems.extend(validate_value(item, spec.values, f"{dotted}.{key}"))
+    if spec.check is not None and not problems:
+        message = spec.check(value)
+        if message:
+            problems.append((dotted, message, spec.doc or allowed_text(spec)))
+    return problems
+
+
+def defaults(schema: Dict[str, Any]) -> Dict[str, Any]:
+    """The document a schema describes when nothing is given."""
+    out: Dict[str, Any] = {}
+    for key, spec in schema.items():
+        if isinstance(spec, dict):
+            out[key] = defaults(spec)
+        elif spec.default is not None:
+            out[key] = spec.default
+    return out
+
+
+def merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:
+    """Deep merge of tables; lists and scalars in ``override`` replace those in ``base``."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,117 @@
+"""A simulated node's live state: a copy of its profile in the state dir, plus the
+sysfs tree and kernel-log file rendered from it.
+
+Layout under ``<state_dir>/sim/<node>/``::
+
+    profile.toml          the live profile (what ``sim inject`` changes)
+    source                the shipped profile it was made from (for ``sim reset``)
+    sys/class/infiniband  the rendered IB ports (the sysfs reader's root is ``sys``)
+    kern.log              the kernel log (``--log`` lines are appended, never rewritten)
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from .. import tomlio
+from ..fsutil import append_line, atomic_write, ensure_dir, locked
+from . import profile as profiles
+
+
+class SimNode:
+    def __init__(self, state_dir: str, node: str, profile_path: Optional[str] = None):
+        if not node or "/" in node or node.startswith("."):
+            raise ValueError(f"{node!r} is not a node name")
+        self.node = node
+        self.profile_path = profile_path
+        self.dir = os.path.join(state_dir, "sim", node)
+        self.live_path = os.path.join(self.dir, "profile.toml")
+        self.source_path = os.path.join(self.dir, "source")
+        self.sysfs_root = os.path.join(self.dir, "sys")
+        self.kernel_log_path = os.path.join(self.dir, "kern.log")
+        self._lock_path = os.path.join(self.dir, ".lock")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def ensure(self) -> Dict[str, Any]:
+        """The live profile, created from the shipped one on first use."""
+        if os.path.exists(self.live_path) and self._source_unchanged():
+            return self.load()
+        with locked(self._lock_path):
+            if os.path.exists(self.live_path) and self._source_unchanged():
+                return self.load()
+            return self._start_from_profile()
+
+    def reset(self) -> Dict[str, Any]:
+        with locked(self._lock_path):
+            return self._start_from_profile()
+
+    def load(self) -> Dict[str, Any]:
+        return profiles.complete(tomlio.load_file(self.live_path), self.live_path)
+
+    def inject(self, assignments: List[Tuple[str, Any]], log_lines: Iterable[str] = ()) -> Dict[str, Any]:
+        self.ensure()
+        with locked(self._lock_path):
+            live = self.load()
+            updated = profiles.apply_injection(live, assignments, self.live_path)
+            lines = [line for line in log_lines]
+            updated["kernel_log"]["lines"].extend(lines)
+            self._write(updated)
+            for line in lines:
+                append_line(self.kernel_log_path, line)
+            return updated
+
+    # -- internals -------------------------------------------------------------------------
+    def _source_unchanged(self) -> bool:
+        """A node rebound to another profile starts over; the same profile keeps its injections."""
+        if self.profile_path is None:
+            return True
+        try:
+            with open(self.source_path, encoding="utf-8") as handle:
+                return handle.read().strip() == os.path.abspath(self.profile_path)
+        except FileNotFoundError:
+            return False
+
+    def _start_from_profile(self) -> Dict[str, Any]:
+        if not self.profile_path:
+            raise profiles.ProfileError(self.node, [("(node)", "has no simulator profile",
+                                                     "[sim] profile or [sim] nodes.<node> in the config")])
+        profile = profiles.load_profile(self.profile_path)
+        ensure_dir(self.dir)
+        atomic_write(self.source_path, os.path.abspath(self.profile_path) + "\n")
+        self._write(profile)
+        # A reset is a reboot: the kernel log starts again (readers see it shrink).
+        atomic_write(self.kernel_log_path, "".join(line + "\n" for line in profile["kernel_log"]["lines"]))
+        return profile
+
+    def _write(self, profile: Dict[str, Any]) -> None:
+        atomic_write(self.live_path, tomlio.dumps(profile))
+        render_sysfs(profile, self.sysfs_root)
+
+
+def render_sysfs(profile: Dict[str, Any], root: str) -> None:
+    """Write the ``[[ib]]`` ports as ``<root>/class/infiniband/<hca>/ports/<n>/...``.
+
+    Files are replaced one by one (each atomically) rather than the tree swapped, so a
+    probe running during an injection never sees a port vanish.
+    """
+    base = os.path.join(root, "class", "infiniband")
+    ensure_dir(base)
+    for port in profile["ib"]:
+        hca_dir = os.path.join(base, port["hca"])
+        port_dir = os.path.join(hca_dir, "ports", str(port["port"]))
+        for name in ("state", "phys_state", "rate", "link_layer"):
+            _put(os.path.join(port_dir, name), port[name])
+        for name, value in port["counters"].items():
+            _put(os.path.join(port_dir, "counters", name), value)
+        for index, kind in port["gid_types"].items():
+            _put(os.path.join(port_dir, "gid_attrs", "types", str(index)), kind)
+            _put(os.path.join(port_dir, "gids", str(index)), "fe80:0000:0000:0000:0000:0000:0000:0001")
+        _put(os.path.join(hca_dir, "device", "numa_node"), port["numa_node"])
+    wanted = {port["hca"] for port in profile["ib"]}
+    for stale in set(os.listdir(base)) - wanted:
+        shutil.rmtree(os.path.join(base, stale), ignore_errors=True)
+
+
+def _put(path: str, value: Any) -> None:
+    atomic_write(path, f"{value}\n", mode=0o644)

@@ -1,0 +1,280 @@
+"""A pynvml look-alike served from a simulated node's live profile.
+
+Every public name here is pynvml's own (same argument order, return shapes and exception
+classes, re-exported from pynvml itself), so ``healthcheck.probes.nvml`` runs unchanged on
+it. ``tests/test_sim_nvml.py`` fails if a public name here is missing from pynvml.
+
+Each ``nvmlInit`` re-reads the live profile, so ``slurm-gpu sim inject`` changes what the
+next probe sees.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+import pynvml
+from pynvml import (  # noqa: F401  (re-exported: callers catch pynvml's own classes)
+    NVML_AGGREGATE_ECC,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_GPU_FABRIC_STATE_COMPLETED,
+    NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+    NVML_GPU_FABRIC_STATE_NOT_STARTED,
+    NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
+    NVML_MEMORY_ERROR_TYPE_CORRECTED,
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+    NVML_NVLINK_ERROR_DL_CRC_DATA,
+    NVML_NVLINK_ERROR_DL_CRC_FLIT,
+    NVML_NVLINK_ERROR_DL_ECC_DATA,
+    NVML_NVLINK_ERROR_DL_RECOVERY,
+    NVML_NVLINK_ERROR_DL_REPLAY,
+    NVML_NVLINK_MAX_LINKS,
+    NVML_TEMPERATURE_GPU,
+    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+    NVML_VOLATILE_ECC,
+    NVMLError,
+    NVMLError_DriverNotLoaded,
+    NVMLError_GpuIsLost,
+    NVMLError_InvalidArgument,
+    NVMLError_LibraryNotFound,
+    NVMLError_NotSupported,
+    NVMLError_Uninitialized,
+    c_nvmlGpuFabricInfoV_t,
+    nvmlFriendlyObject,
+    nvmlPciInfo_t,
+)
+
+from .. import tomlio
+from . import profile as profiles
+
+_bound_path: Optional[str] = None
+_profile: Optional[Dict[str, Any]] = None
+
+_FABRIC_STATES = {
+    "not_supported": NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
+    "not_started": NVML_GPU_FABRIC_STATE_NOT_STARTED,
+    "in_progress": NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+    "completed": NVML_GPU_FABRIC_STATE_COMPLETED,
+}
+_NVLINK_COUNTERS = {
+    NVML_NVLINK_ERROR_DL_REPLAY: "replay",
+    NVML_NVLINK_ERROR_DL_RECOVERY: "recovery",
+    NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit",
+    NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data",
+    NVML_NVLINK_ERROR_DL_ECC_DATA: "ecc_data",
+}
+_ECC_KEYS = {
+    (NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC): "volatile_corrected",
+    (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC): "volatile_uncorrected",
+    (NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC): "aggregate_corrected",
+    (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC): "aggregate_uncorrected",
+}
+
+
+def _bind(live_profile_path: str) -> None:
+    """Point this module at one simulated node (private: pynvml has no such call)."""
+    global _bound_path, _profile
+    _bound_path, _profile = live_profile_path, None
+
+
+def _hang() -> None:
+    # A driver stuck in uninterruptible sleep: only a deadline outside the call ends it.
+    while True:
+        time.sleep(3600)
+
+
+class _Handle:
+    __slots__ = ("gpu",)
+
+    def __init__(self, gpu: Dict[str, Any]):
+        self.gpu = gpu
+
+
+def _present() -> List[Dict[str, Any]]:
+    if _profile is None:
+        raise NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+    return [gpu for gpu in _profile["gpu"] if gpu["state"] != "absent"]
+
+
+def _gpu(handle: _Handle, feature: Optional[str] = None) -> Dict[str, Any]:
+    gpu = handle.gpu
+    if gpu["state"] == "hang":
+        _hang()
+    if gpu["state"] == "lost":
+        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+    if feature and feature in gpu["not_supported"]:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return gpu
+
+
+# -- system --------------------------------------------------------------------------------
+def nvmlInit() -> None:
+    global _profile
+    if _bound_path is None:
+        raise NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    profile = profiles.complete(tomlio.load_file(_bound_path), _bound_path)
+    mode = profile["node"]["nvml"]
+    if mode == "hang":
+        _hang()
+    if mode == "missing":
+        raise NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    if mode == "driver_not_loaded":
+        raise NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    _profile = profile
+
+
+def nvmlShutdown() -> None:
+    global _profile
+    _profile = None
+
+
+def nvmlSystemGetDriverVersion() -> str:
+    _present()
+    return _profile["node"]["driver_version"]
+
+
+def nvmlDeviceGetCount() -> int:
+    return len(_present())
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
+    present = _present()
+    if not 0 <= index < len(present):
+        raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    return _Handle(present[index])
+
+
+# -- identity ------------------------------------------------------------------------------
+def nvmlDeviceGetName(handle: _Handle) -> str:
+    return _gpu(handle)["name"]
+
+
+def nvmlDeviceGetUUID(handle: _Handle) -> str:
+    return _gpu(handle)["uuid"]
+
+
+def nvmlDeviceGetIndex(handle: _Handle) -> int:
+    _gpu(handle)
+    return _present().index(handle.gpu)
+
+
+def nvmlDeviceGetPciInfo(handle: _Handle) -> nvmlPciInfo_t:
+    gpu = _gpu(handle)
+    info = nvmlPciInfo_t()
+    bus_id = gpu["pci_bus_id"].encode("ascii")
+    info.busId = bus_id
+    info.busIdLegacy = bus_id[-16:]
+    domain, bus, rest = gpu["pci_bus_id"].split(":")
+    device, _, _function = rest.partition(".")
+    info.domain, info.bus, info.device = int(domain, 16), int(bus, 16), int(device, 16)
+    return info
+
+
+# -- health --------------------------------------------------------------------------------
+def nvmlDeviceGetTemperature(handle: _Handle, sensor: int) -> int:
+    return int(_gpu(handle, "temperature")["temperature_c"])
+
+
+def nvmlDeviceGetTemperatureThreshold(handle: _Handle, threshold: int) -> int:
+    gpu = _gpu(handle, "temperature")
+    if threshold != NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(gpu["temperature_slowdown_c"])
+
+
+def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:
+    return int(_gpu(handle, "power")["power_w"] * 1000)
+
+
+def nvmlDeviceGetEnforcedPowerLimit(handle: _Handle) -> int:
+    return int(_gpu(handle, "power")["power_limit_w"] * 1000)
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle: _Handle) -> int:
+    return int(_gpu(handle, "clock_event_reasons")["clock_event_reasons"])
+
+
+def nvmlDeviceGetCurrPcieLinkGeneration(handle: _Handle) -> int:
+    return _gpu(handle, "pcie")["pcie"]["gen"]
+
+
+def nvmlDeviceGetMaxPcieLinkGeneration(handle: _Handle) -> int:
+    return _gpu(handle, "pcie")["pcie"]["gen_max"]
+
+
+def nvmlDeviceGetCurrPcieLinkWidth(handle: _Handle) -> int:
+    return _gpu(handle, "pcie")["pcie"]["width"]
+
+
+def nvmlDeviceGetMaxPcieLinkWidth(handle: _Handle) -> int:
+    return _gpu(handle, "pcie")["pcie"]["width_max"]
+
+
+def nvmlDeviceGetEccMode(handle: _Handle) -> List[int]:
+    enabled = int(bool(_gpu(handle, "ecc")["ecc_enabled"]))
+    return [enabled, enabled]
+
+
+def nvmlDeviceGetTotalEccErrors(handle: _Handle, error_type: int, counter_type: int) -> int:
+    gpu = _gpu(handle, "ecc")
+    if not gpu["ecc_enabled"]:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    key = _ECC_KEYS.get((error_type, counter_type))
+    if key is None:
+        raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    return int(gpu["ecc"][key])
+
+
+def nvmlDeviceGetRemappedRows(handle: _Handle):
+    rows = _gpu(handle, "remapped_rows")["remapped_rows"]
+    return (rows["correctable"], rows["uncorrectable"], int(rows["pending"]), int(rows["failure"]))
+
+
+def nvmlDeviceGetRetiredPagesPendingStatus(handle: _Handle) -> int:
+    return int(_gpu(handle, "retired_pages")["retired_pages_pending"])
+
+
+# -- NVLink and fabric ---------------------------------------------------------------------
+def _link(handle: _Handle, link: int) -> Dict[str, Any]:
+    gpu = _gpu(handle, "nvlink")
+    if not 0 <= link < NVML_NVLINK_MAX_LINKS:
+        raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    if link >= gpu["nvlink"]["links"]:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return gpu["nvlink"]
+
+
+def nvmlDeviceGetNvLinkState(handle: _Handle, link: int) -> int:
+    return 0 if link in _link(handle, link)["down"] else 1
+
+
+def nvmlDeviceGetNvLinkErrorCounter(handle: _Handle, link: int, counter: int) -> int:
+    nvlink = _link(handle, link)
+    name = _NVLINK_COUNTERS.get(counter)
+    if name is None:
+        raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    return int(nvlink["errors"].get(str(link), {}).get(name, 0))
+
+
+def nvmlDeviceGetGpuFabricInfoV(handle: _Handle, gpuFabricInfo) -> int:
+    fabric = _gpu(handle, "fabric")["fabric"]
+    if fabric["state"] == "not_supported":
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    info = gpuFabricInfo._obj if hasattr(gpuFabricInfo, "_obj") else gpuFabricInfo
+    info.state = _FABRIC_STATES[fabric["state"]]
+    info.status = fabric["status"]
+    return pynvml.NVML_SUCCESS
+
+
+# -- processes -----------------------------------------------------------------------------
+def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> List[nvmlFriendlyObject]:
+    procs = []
+    for proc in _gpu(handle, "processes")["processes"]:
+        procs.append(nvmlFriendlyObject({
+            "pid": proc["pid"],
+            "usedGpuMemory": proc["used_memory_mib"] * 1024 * 1024,
+            "gpuInstanceId": 0xFFFFFFFF,
+            "computeInstanceId": 0xFFFFFFFF,
+        }))
+    return procs
+

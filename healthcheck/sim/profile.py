@@ -1,0 +1,213 @@
+"""Simulated node profiles: schema, defaults, loading and dotted-path injection."""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from importlib import resources
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import tomlio
+from ..schema import Field, Problem, merge, validate
+
+NVML_FEATURES = ("ecc", "remapped_rows", "retired_pages", "nvlink", "fabric", "power",
+                 "temperature", "clock_event_reasons", "pcie", "processes")
+
+_INT0 = Field(int, minimum=0)
+
+GPU_SCHEMA: Dict[str, Any] = {
+    "name": Field(str),
+    "uuid": Field(str),
+    "pci_bus_id": Field(str),
+    "state": Field(str, choices=("ok", "lost", "hang", "absent")),
+    "temperature_c": Field(float),
+    "temperature_slowdown_c": Field(float),
+    "power_w": Field(float, minimum=0),
+    "power_limit_w": Field(float, minimum=0),
+    "clock_event_reasons": _INT0,
+    "pcie": {"gen": _INT0, "gen_max": _INT0, "width": _INT0, "width_max": _INT0},
+    "ecc_enabled": Field(bool),
+    "ecc": {"volatile_corrected": _INT0, "volatile_uncorrected": _INT0,
+            "aggregate_corrected": _INT0, "aggregate_uncorrected": _INT0},
+    "remapped_rows": {"correctable": _INT0, "uncorrectable": _INT0,
+                      "pending": Field(bool), "failure": Field(bool)},
+    "retired_pages_pending": Field(bool),
+    "nvlink": {
+        "links": _INT0,
+        "down": Field(list, item=_INT0),
+        "errors": Field(dict, values={"replay": _INT0, "recovery": _INT0,
+                                      "crc_flit": _INT0, "crc_data": _INT0, "ecc_data": _INT0}),
+    },
+    "fabric": {"state": Field(str, choices=("not_supported", "not_started", "in_progress", "completed")),
+               "status": Field(int)},
+    "processes": Field(list, item={"pid": _INT0, "used_memory_mib": _INT0}),
+    "not_supported": Field(list, item=Field(str, choices=NVML_FEATURES)),
+}
+
+IB_SCHEMA: Dict[str, Any] = {
+    "hca": Field(str, required=True),
+    "port": Field(int, minimum=1, required=True),
+    "state": Field(str),
+    "phys_state": Field(str),
+    "rate": Field(str),
+    "link_layer": Field(str, choices=("InfiniBand", "Ethernet")),
+    "counters": Field(dict, values=Field(int)),
+    "gid_types": Field(dict, values=Field(str)),
+    "numa_node": Field(int),
+}
+
+PROFILE_SCHEMA: Dict[str, Any] = {
+    "node": {
+        "driver_version": Field(str),
+        "nvml": Field(str, choices=("ok", "missing", "driver_not_loaded", "hang")),
+        "description": Field(str),
+    },
+    "gpu": Field(list, item=GPU_SCHEMA),
+    "ib": Field(list, item=IB_SCHEMA),
+    "kernel_log": {"lines": Field(list, item=Field(str))},
+    # A fault profile names a healthy one and the few values that differ, in the
+    # same dotted syntax as ``slurm-gpu sim inject`` (``"gpu.3.state" = "lost"``).
+    "base": Field(str, doc="a profile path, relative to this file"),
+    "overrides": Field(dict),
+    "expect": {
+        # What the checks must find on this profile: used by the test suite and the demo.
+        "findings": Field(list, item=Field(str)),
+    },
+}
+
+
+class ProfileError(Exception):
+    def __init__(self, source: str, problems: List[Problem]):
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {k}: {w}; {a}" for k, w, a in problems))
+
+
+def _sim_defaults() -> Dict[str, Any]:
+    text = resources.files("healthcheck").joinpath("data/sim-defaults.toml").read_text("utf-8")
+    return tomlio.loads(text)
+
+
+def load_profile(path: str, _depth: int = 0) -> Dict[str, Any]:
+    try:
+        doc = tomlio.load_file(path)
+    except FileNotFoundError:
+        raise ProfileError(path, [("(file)", "does not exist", "a simulator profile (TOML)")]) from None
+    except (tomlio.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(path, [("(syntax)", str(exc), "valid TOML")]) from None
+    if "base" not in doc:
+        return complete(doc, path)
+    if _depth > 4:
+        raise ProfileError(path, [("base", "nests too deep", "at most 4 levels of base profiles")])
+    problems = validate(doc, PROFILE_SCHEMA)
+    if problems:
+        raise ProfileError(path, problems)
+    base = load_profile(os.path.join(os.path.dirname(os.path.abspath(path)), doc["base"]), _depth + 1)
+    base["node"] = merge(base["node"], doc.get("node", {}))
+    for key in ("gpu", "ib"):
+        if key in doc:
+            base[key] = complete({key: doc[key]}, path)[key]
+    base["kernel_log"]["lines"].extend(doc.get("kernel_log", {}).get("lines", []))
+    if "expect" in doc:
+        base["expect"] = copy.deepcopy(doc["expect"])
+    try:
+        return apply_injection(base, list(doc.get("overrides", {}).items()), path)
+    except KeyError as exc:
+        raise ProfileError(path, [("overrides", str(exc.args[0]), "gpu.N.KEY, ib.HCA:PORT.KEY or node.KEY")]) from None
+
+
+def complete(doc: Dict[str, Any], source: str) -> Dict[str, Any]:
+    """Validate a profile and fill every default, so readers never guess."""
+    problems = validate(doc, PROFILE_SCHEMA)
+    if problems:
+        raise ProfileError(source, problems)
+    base = _sim_defaults()
+    out: Dict[str, Any] = {"node": merge(base["node"], doc.get("node", {}))}
+    out["gpu"] = [_complete_gpu(base["gpu"], g, i) for i, g in enumerate(doc.get("gpu", []))]
+    out["ib"] = [merge(base["ib"], p) for p in doc.get("ib", [])]
+    out["kernel_log"] = {"lines": list(doc.get("kernel_log", {}).get("lines", []))}
+    if "expect" in doc:
+        out["expect"] = copy.deepcopy(doc["expect"])
+    return out
+
+
+def _complete_gpu(base: Dict[str, Any], gpu: Dict[str, Any], index: int) -> Dict[str, Any]:
+    out = merge(base, gpu)
+    if not out["uuid"]:
+        out["uuid"] = f"GPU-5a1e0000-0000-4000-8000-{index:012x}"
+    if not out["pci_bus_id"]:
+        out["pci_bus_id"] = f"00000000:{0x18 + 0x10 * index:02X}:00.0"
+    return out
+
+
+# -- dotted-path injection --------------------------------------------------------------
+
+_SEGMENT = re.compile(r"[^.]+")
+
+
+def _split_key(key: str) -> List[str]:
+    """``ib.mlx5_2:1.state`` -> ["ib", "mlx5_2:1", "state"]; HCA names hold no dots."""
+    return _SEGMENT.findall(key)
+
+
+def _find_port(ports: List[Dict[str, Any]], ref: str) -> Dict[str, Any]:
+    hca, _, port = ref.partition(":")
+    for entry in ports:
+        if entry["hca"] == hca and str(entry["port"]) == (port or "1"):
+            return entry
+    raise KeyError(f"no IB port {ref!r} in this profile")
+
+
+def set_path(profile: Dict[str, Any], key: str, value: Any) -> None:
+    """Apply one ``KEY=VALUE`` from ``sim inject`` to a completed profile (in place)."""
+    parts = _split_key(key)
+    if len(parts) < 2:
+        raise KeyError(f"{key!r} is not a dotted path such as gpu.3.state or ib.mlx5_0:1.state")
+    head, ref, rest = parts[0], parts[1], parts[2:]
+    if head == "gpu":
+        if not ref.isdigit() or int(ref) >= len(profile["gpu"]):
+            raise KeyError(f"no GPU {ref!r} (this profile has {len(profile['gpu'])})")
+        target = profile["gpu"][int(ref)]
+    elif head == "ib":
+        target = _find_port(profile["ib"], ref)
+    elif head == "node":
+        target, rest = profile["node"], [ref] + rest
+    else:
+        raise KeyError(f"{key!r} must start with gpu.N, ib.HCA:PORT or node.")
+    if not rest:
+        raise KeyError(f"{key!r} names a whole GPU or port; name a field inside it")
+    for part in rest[:-1]:
+        target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            raise KeyError(f"{key!r}: {part!r} is not a table")
+    target[rest[-1]] = value
+
+
+def apply_injection(profile: Dict[str, Any], assignments: List[Tuple[str, Any]], source: str) -> Dict[str, Any]:
+    """A new, validated profile with the assignments applied; the input is untouched."""
+    updated = copy.deepcopy(profile)
+    for key, value in assignments:
+        set_path(updated, key, value)
+    problems = validate(updated, PROFILE_SCHEMA)
+    if problems:
+        raise ProfileError(source, problems)
+    return updated
+
+
+def parse_assignment(text: str) -> Tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"{text!r} is not KEY=VALUE")
+    try:
+        value = tomlio.parse_value(raw)
+    except tomlio.TOMLDecodeError:
+        # An unquoted word (state=lost) is what people type; take it as a string.
+        if raw and re.fullmatch(r"[A-Za-z_][\w\-: ]*", raw):
+            value = raw
+        else:
+            raise ValueError(f"{raw!r} is not a TOML value (quote strings: \"1: DOWN\")") from None
+    return key.strip(), value
+
+
+def describe(profile: Dict[str, Any]) -> Optional[str]:
+    return profile.get("node", {}).get("description")

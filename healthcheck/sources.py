@@ -1,0 +1,45 @@
+"""Where a node's facts come from: the real driver and /sys, or a simulated node.
+
+Probes take a ``NodeSources`` and never ask which one they got; this is the only module
+that knows the simulator exists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Optional
+
+from .config import Config
+
+
+@dataclass
+class NodeSources:
+    node: str
+    nvml: ModuleType          # pynvml, or healthcheck.sim.nvml bound to this node
+    sysfs_root: str
+    kernel_log: str           # "auto" | "kmsg" | "journal" | a file path
+    simulated: bool = False
+
+
+def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeSources:
+    from .sim import nvml as sim_nvml
+    from .sim.node import SimNode
+
+    sim = SimNode(state_dir, node, profile_path)
+    sim.ensure()
+    sim_nvml._bind(sim.live_path)
+    return NodeSources(node=node, nvml=sim_nvml, sysfs_root=sim.sysfs_root,
+                       kernel_log=sim.kernel_log_path, simulated=True)
+
+
+def node_sources(config: Config, node: str) -> NodeSources:
+    if config.backend == "sim":
+        return sim_sources(node, config.state_dir, config.sim_profile_path(node))
+    import pynvml
+
+    paths = config.section("paths")
+    kernel_log = paths["kernel_log"]
+    if kernel_log not in ("auto", "kmsg", "journal"):
+        kernel_log = config.resolve(kernel_log)
+    return NodeSources(node=node, nvml=pynvml, sysfs_root=config.resolve(paths["sysfs_root"]),
+                       kernel_log=kernel_log)

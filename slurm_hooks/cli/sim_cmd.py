@@ -1,0 +1,79 @@
+"""``slurm-gpu sim inject | reset | show``: break and mend simulated hardware while jobs run."""
+from __future__ import annotations
+
+import json
+from typing import Optional, Tuple
+
+import click
+
+from healthcheck import tomlio
+from healthcheck.sim.node import SimNode
+from healthcheck.sim.profile import ProfileError, parse_assignment
+
+from .common import config_option, fail, load_config
+
+
+def _sim_node(config_path: Optional[str], node: str) -> SimNode:
+    cfg = load_config(config_path)
+    profile = cfg.sim_profile_path(node)
+    if profile is None:
+        fail(f"node {node!r} has no simulator profile ([sim] profile or [sim] nodes.{node} in {cfg.path})")
+    try:
+        return SimNode(cfg.state_dir, node, profile)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _guard(action):
+    try:
+        return action()
+    except ProfileError as exc:
+        fail(str(exc).splitlines()[0])
+    except (KeyError, ValueError) as exc:
+        fail(str(exc.args[0]) if exc.args else str(exc))
+    except OSError as exc:
+        fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+
+
+@click.group()
+def sim() -> None:
+    """Change, reset and show simulated nodes."""
+
+
+@sim.command()
+@config_option
+@click.argument("node")
+@click.argument("assignments", nargs=-1, metavar="[KEY=VALUE ...]")
+@click.option("--log", "log_lines", multiple=True, metavar="LINE", help="Append a kernel-log line.")
+def inject(config_path: Optional[str], node: str, assignments: Tuple[str, ...], log_lines: Tuple[str, ...]) -> None:
+    """Change a simulated node: gpu.3.ecc.volatile_uncorrected=1, gpu.5.state=lost,
+    gpu.1.nvlink.down=[4,5], ib.mlx5_2:1.state="1: DOWN"."""
+    target = _sim_node(config_path, node)
+    if not assignments and not log_lines:
+        fail("nothing to inject: give KEY=VALUE and/or --log LINE")
+    pairs = _guard(lambda: [parse_assignment(text) for text in assignments])
+    _guard(lambda: target.inject(pairs, log_lines))
+    for key, value in pairs:
+        click.echo(f"{node}: {key} = {json.dumps(value)}")
+    for line in log_lines:
+        click.echo(f"{node}: kernel log += {line}")
+
+
+@sim.command()
+@config_option
+@click.argument("node")
+def reset(config_path: Optional[str], node: str) -> None:
+    """Restore a simulated node to its shipped profile."""
+    target = _sim_node(config_path, node)
+    _guard(target.reset)
+    click.echo(f"{node}: reset to {target.profile_path}")
+
+
+@sim.command()
+@config_option
+@click.argument("node")
+def show(config_path: Optional[str], node: str) -> None:
+    """Print a simulated node's live profile as TOML."""
+    target = _sim_node(config_path, node)
+    profile = _guard(target.ensure)
+    click.echo(tomlio.dumps(profile), nl=False)
