@@ -106,6 +106,11 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "levels": Field(dict, values=Field(int, minimum=1)),
         "timeout_s": _NUMBER,
     },
+    "slurm": {
+        "bin_dir": Field(str, doc="directory of scontrol/sacct; empty: search the usual places"),
+        "conf": Field(str, doc="SLURM_CONF for Slurm commands; empty: Slurm's own default"),
+        "timeout_s": Field(float, minimum=1),
+    },
     "logging": {
         "level": Field(str, choices=("debug", "info", "warning", "error")),
         "file": Field(str),

@@ -1,0 +1,30 @@
+"""``slurm-gpu-healthcheck``: Slurm's HealthCheckProgram.
+
+Slurm gives it no environment but SLURMD_NODENAME (no PATH, no SLURM_CONF) and ignores its
+exit status, so anything it concludes must be acted on by the program itself.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional, Sequence
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .config import node_name
+    from .hookenv import load_config_or_none
+    from .hookruns import record_run
+
+    config = load_config_or_none(os.environ, "healthcheck")
+    if config is None:
+        return 0
+    node = node_name(None, os.environ)
+    try:
+        record_run(config.state_dir, "healthcheck", node, None, result="not-implemented")
+    except OSError as exc:
+        print(f"slurm-gpu-healthcheck: cannot write the hook journal: {exc}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+# Sourced by scripts/demo and scripts/test: a venv with this project installed, on a fresh
+# Debian 12 machine as root. Idempotent; prints one line per step it takes.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SLURM_GPU_VENV:-$ROOT/.venv}"
+export DEBIAN_FRONTEND=noninteractive
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "bootstrap: apt-get install ${missing[*]}"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+if ! command -v python3 >/dev/null 2>&1; then apt_install python3; fi
+if [ ! -x "$VENV/bin/python" ]; then
+  if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+    rm -rf "$VENV"
+    apt_install python3-venv python3-pip
+    python3 -m venv "$VENV"
+  fi
+  echo "bootstrap: created $VENV"
+fi
+# Editable: the lab's hooks then run the working tree's code. Fast when nothing changed.
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[test]"
+export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,6 @@
+"""Talking to Slurm. ``SlurmBackend`` is the small interface the hooks and the CLI use;
+``CliBackend`` implements it with Slurm's own command-line tools (the backend that must
+always work: pyslurm has no release for the Slurm 22.05 we test against). A pyslurm
+backend could implement the same methods later."""
+from .backend import JobInfo, NodeInfo, SlurmBackend, SlurmError  # noqa: F401
+from .cli_backend import CliBackend  # noqa: F401

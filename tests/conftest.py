@@ -1,0 +1,47 @@
+"""Shared fixtures: paths into the working tree and a simulated node on a temp state dir."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ETC = os.path.join(ROOT, "etc")
+SIM_PROFILES = os.path.join(ETC, "sim")
+
+
+@pytest.fixture
+def sim_config(tmp_path):
+    """A config file using the simulator for every node, with the shipped profiles beside it."""
+    shutil.copytree(SIM_PROFILES, tmp_path / "sim")
+    path = tmp_path / "config.toml"
+    path.write_text(
+        '[paths]\nstate_dir = "state"\n'
+        '[gpu]\nbackend = "sim"\nprobe_timeout_s = 2.0\n'
+        '[sim]\nprofile = "sim/h100-healthy.toml"\n'
+        'nodes = { gpu2 = "sim/h100-xid79-gpu-lost.toml", pcie1 = "sim/pcie-l40s-healthy.toml" }\n'
+        '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n'
+    )
+    return str(path)
+
+
+@pytest.fixture
+def isolated_env(monkeypatch):
+    """No config or node name leaks in from the machine running the tests."""
+    for name in ("SLURM_GPU_HOOKS_CONFIG", "SLURMD_NODENAME", "SLURM_JOB_ID"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def run_cli(args, env=None):
+    """``slurm-gpu ARGS`` in-process; returns the click Result (exit_code, stdout, stderr)."""
+    from click.testing import CliRunner
+
+    from slurm_hooks.cli import main
+
+    runner = CliRunner()
+    merged = dict(os.environ)
+    merged.pop("SLURM_GPU_HOOKS_CONFIG", None)
+    merged.update(env or {})
+    return runner.invoke(main, list(args), env=merged, catch_exceptions=False)

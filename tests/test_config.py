@@ -1,0 +1,111 @@
+"""``slurm-gpu config check`` and the config loader: every problem is one clear line, exit 2."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from healthcheck.config import Config, ConfigError, node_name
+
+from .conftest import ETC, run_cli
+
+EXAMPLE = os.path.join(ETC, "slurm-gpu-hooks.toml")
+
+
+def write(tmp_path, text):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def check_fails(tmp_path, text):
+    path = write(tmp_path, text)
+    result = run_cli(["config", "check", path])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line]
+    assert lines and all(line.startswith(f"{path}: ") for line in lines), lines
+    return lines
+
+
+def test_example_config_passes_and_prints_effective_config():
+    result = run_cli(["config", "check", EXAMPLE])
+    assert result.exit_code == 0, result.stderr
+    assert 'backend = "nvml"' in result.stdout
+    assert "[[nodes]]" in result.stdout
+
+
+def test_unknown_key_is_one_line(tmp_path):
+    lines = check_fails(tmp_path, '[gpu]\nbackend = "nvml"\nbakend = "sim"\n')
+    assert len(lines) == 1
+    assert "gpu.bakend: unknown key; allowed here: backend" in lines[0]
+
+
+def test_wrong_type_names_the_allowed_type(tmp_path):
+    lines = check_fails(tmp_path, '[[nodes]]\nmatch = "gpu1"\ngpus = "eight"\n')
+    assert lines == [f"{tmp_path / 'bad.toml'}: nodes[0].gpus: has the wrong type (str 'eight'); an integer >= 0"]
+
+
+def test_negative_threshold_is_an_error(tmp_path):
+    lines = check_fails(tmp_path, '[gpu]\nprobe_timeout_s = -1\n')
+    assert "gpu.probe_timeout_s: -1 is below the minimum" in lines[0]
+
+
+def test_malformed_hostlist_is_an_error(tmp_path):
+    lines = check_fails(tmp_path, '[[nodes]]\nmatch = "gpu[1-3"\ngpus = 8\n')
+    assert "nodes[0].match: malformed hostlist 'gpu[1-3'" in lines[0]
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    lines = check_fails(tmp_path, '[gpu]\nbackend = "cuda"\n[paths]\nstate = "/x"\n[[nodes]]\nmatch = "gpu[3-1]"\n')
+    assert len(lines) == 3
+
+
+def test_toml_syntax_error_is_one_line(tmp_path):
+    lines = check_fails(tmp_path, "[gpu\nbackend=")
+    assert len(lines) == 1 and "(syntax)" in lines[0]
+
+
+def test_missing_explicit_file_is_an_error(tmp_path):
+    result = run_cli(["config", "check", str(tmp_path / "nope.toml")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr
+
+
+def test_env_variable_selects_the_file(tmp_path, isolated_env):
+    path = write(tmp_path, '[gpu]\nbackend = "sim"\n')
+    isolated_env.setenv("SLURM_GPU_HOOKS_CONFIG", path)
+    assert Config.load().backend == "sim"
+    assert Config.load(EXAMPLE).backend == "nvml"      # --config wins over the environment
+
+
+def test_missing_default_file_means_builtin_defaults(isolated_env):
+    config = Config.load(env={})
+    assert config.backend == "nvml" and config.state_dir == "/var/lib/slurm-gpu-hooks"
+
+
+def test_first_matching_node_group_wins():
+    config = Config.from_document({"nodes": [
+        {"match": "gpu[1-3,7]", "gpus": 8}, {"match": "gpu*", "gpus": 4}]}, "/etc/x.toml")
+    assert config.expected_hardware("gpu7")["gpus"] == 8
+    assert config.expected_hardware("gpu4")["gpus"] == 4
+    assert config.expected_hardware("cpu1") == {}
+
+
+def test_sim_paths_are_relative_to_the_config_file():
+    config = Config.from_document({"sim": {"profile": "sim/a.toml", "nodes": {"n2": "/abs/b.toml"}}},
+                                  "/etc/slurm-gpu-hooks/config.toml")
+    assert config.sim_profile_path("n1") == "/etc/slurm-gpu-hooks/sim/a.toml"
+    assert config.sim_profile_path("n2") == "/abs/b.toml"
+
+
+def test_node_name_order():
+    assert node_name("cli", {"SLURMD_NODENAME": "env"}) == "cli"
+    assert node_name(None, {"SLURMD_NODENAME": "env"}) == "env"
+    assert node_name(None, {}) and "." not in node_name(None, {})
+
+
+def test_config_error_lines_have_the_contract_format():
+    with pytest.raises(ConfigError) as info:
+        Config.from_document({"logging": {"level": "loud"}}, "f.toml")
+    assert info.value.lines() == ["f.toml: logging.level: 'loud' is not allowed; one of 'debug', 'info', 'warning', 'error'"]
