@@ -109,3 +109,9 @@ def test_config_error_lines_have_the_contract_format():
     with pytest.raises(ConfigError) as info:
         Config.from_document({"logging": {"level": "loud"}}, "f.toml")
     assert info.value.lines() == ["f.toml: logging.level: 'loud' is not allowed; one of 'debug', 'info', 'warning', 'error'"]
+
+
+def test_missing_simulator_profile_is_reported(tmp_path):
+    lines = check_fails(tmp_path, '[gpu]\nbackend = "sim"\n[sim]\nnodes = { gpu1 = "sim/nope.toml" }\n')
+    assert len(lines) == 1
+    assert "sim.nodes.gpu1:" in lines[0] and "does not exist" in lines[0]

@@ -1,16 +1,35 @@
 """``slurm-gpu config check``."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import click
 
-from .common import load_config
+from healthcheck.config import Config
+
+from .common import EXIT_USAGE, load_config
 
 
 @click.group()
 def config() -> None:
     """Validate and print the configuration."""
+
+
+def referenced_file_problems(cfg: Config) -> List[str]:
+    """Simulator profiles the config names must exist and be valid profiles themselves."""
+    from healthcheck.sim.profile import ProfileError, load_profile
+
+    sim = cfg.section("sim")
+    named = [("sim.profile", sim["profile"])] if sim.get("profile") else []
+    named += [(f"sim.nodes.{node}", path) for node, path in sim.get("nodes", {}).items()]
+    problems = []
+    for key, path in named:
+        try:
+            load_profile(cfg.resolve(path))
+        except ProfileError as exc:
+            first = exc.problems[0]
+            problems.append(f"{cfg.path}: {key}: {cfg.resolve(path)}: {first[0]}: {first[1]}; {first[2]}")
+    return problems
 
 
 @config.command("check")
@@ -19,5 +38,10 @@ def config() -> None:
 def check(path: Optional[str], config_path: Optional[str]) -> None:
     """Print the effective config, or each problem as one line and exit 2."""
     cfg = load_config(path or config_path)
+    problems = referenced_file_problems(cfg)
+    if problems:
+        for line in problems:
+            click.echo(line, err=True)
+        raise click.exceptions.Exit(EXIT_USAGE)
     click.echo(f"# effective configuration ({cfg.path or 'built-in defaults'})")
     click.echo(cfg.as_toml(), nl=False)
