@@ -55,7 +55,7 @@ def allowed_text(spec: Field) -> str:
 def validate(doc: Any, schema: Dict[str, Any], prefix: str = "") -> List[Problem]:
     problems: List[Problem] = []
     if not isinstance(doc, dict):
-        return [(prefix or "(top)", f"is {type(doc).__name__}", "a table")]
+        return [(prefix.rstrip(".") or "(top)", f"is {type(doc).__name__}", "a table")]
     for key, value in doc.items():
         dotted = f"{prefix}{key}"
         if key not in schema:

@@ -40,7 +40,10 @@ def run_cli(args, env=None):
 
     from slurm_hooks.cli import main
 
-    runner = CliRunner()
+    try:
+        runner = CliRunner(mix_stderr=False)     # click 8.1 (the last for Python 3.9)
+    except TypeError:
+        runner = CliRunner()                     # click >= 8.2 always keeps them apart
     merged = dict(os.environ)
     merged.pop("SLURM_GPU_HOOKS_CONFIG", None)
     merged.update(env or {})

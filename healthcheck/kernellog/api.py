@@ -1,0 +1,239 @@
+"""What the health check, the epilog and ``slurm-gpu xid`` call.
+
+* ``read_new_events(kernel_log, state_dir, node, ...)``: the health check, every run. Reads only
+  what the log gained since the last run (a cursor in the state dir), folds repeats (also across
+  runs) and returns this run's events and every event still inside ``[xid] flood_window_s``.
+* ``events_between(kernel_log, since, until, ...)``: the epilog, for a job's time window. A one-shot
+  read that neither uses nor moves the cursor.
+* ``scan_events(...)``: the same as ``events_between`` with read statistics (``xid scan``).
+"""
+from __future__ import annotations
+
+import copy
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional
+
+from . import sources
+from .catalog import XidCatalog
+from .cursor import StateStore
+from .events import XidEvent
+from .flood import EscalationRule, FloodTracker, group_key
+from .parser import NEEDLES, Companion, parse_line_split, prefix_is_kernel
+from .pci import GpuMap
+from .scanner import LineScanner, ScanStats
+from .sources import KernelLogError
+from .timestamps import PrefixClock
+
+__all__ = ["KernelLogError", "KernelLogRead", "XidSettings", "events_between", "read_new_events",
+           "scan_events"]
+
+
+@dataclass
+class XidSettings:
+    """The ``[xid]`` config section, typed."""
+    flood_window_s: float = 3600.0
+    rescan_bytes: int = 4 * 1024 * 1024
+    source_timeout_s: float = 20.0
+    overrides: Dict[str, str] = field(default_factory=dict)
+    escalate: Dict[str, EscalationRule] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: Any = None) -> "XidSettings":
+        """From a ``healthcheck.config.Config`` (already validated), or the built-in defaults."""
+        if config is None:
+            from ..config import builtin_defaults
+
+            section = builtin_defaults().get("xid", {})
+        else:
+            section = config.section("xid")
+        defaults = cls()
+        return cls(
+            flood_window_s=float(section.get("flood_window_s", defaults.flood_window_s)),
+            rescan_bytes=int(section.get("rescan_bytes", defaults.rescan_bytes)),
+            source_timeout_s=float(section.get("source_timeout_s", defaults.source_timeout_s)),
+            overrides=dict(section.get("actions", {})),
+            escalate={code: EscalationRule.from_config(rule) for code, rule in section.get("escalate", {}).items()},
+        )
+
+
+@dataclass
+class KernelLogRead:
+    source: str                          # kmsg | journal | a file path | "-"
+    events: List[XidEvent]               # events with lines read by this call
+    active: List[XidEvent]               # + earlier runs' events still within flood_window_s
+    stats: ScanStats
+    rescan: Optional[str] = None         # why the cursor was not used (a bounded rescan), if it was not
+
+
+class _Collector:
+    """Parsed line -> classified, GPU-mapped event -> folded by the flood tracker."""
+
+    def __init__(self, catalog: XidCatalog, gpu_map: GpuMap, tracker: FloodTracker,
+                 since: Optional[float] = None, until: Optional[float] = None,
+                 default_time: Optional[float] = None, count_lines: bool = False):
+        self.catalog = catalog
+        self.gpu_map = gpu_map
+        self.tracker = tracker
+        self.since = since
+        self.until = until
+        self.default_time = default_time
+        self.count_lines = count_lines
+        self.stats = ScanStats()
+        self.clock = PrefixClock()
+        self._repeat_body = b""
+        self._repeat_template: Optional[XidEvent] = None
+        self._repeat_key: Any = None
+        self._repeat_prefix: Optional[bytes] = None
+        self._repeat_stamp: Any = (None, None)
+
+    def scanner(self, clock: PrefixClock) -> LineScanner:
+        self.clock = clock
+        self._repeat_prefix = None
+        return LineScanner(self.on_line, self.stats, self.count_lines)
+
+    def on_line(self, line: bytes) -> None:
+        if self._repeat_body and line.endswith(self._repeat_body) and self._repeat(line):
+            return
+        parsed, body_start = parse_line_split(line, self.clock)
+        if parsed is None:
+            return
+        if isinstance(parsed, Companion):
+            self.gpu_map.learn(parsed.pci, parsed.uuid)
+            return
+        self.catalog.classify(parsed)
+        self.gpu_map.annotate(parsed)
+        self._repeat_body = line[body_start:] if body_start >= 0 else b""
+        self._repeat_template = copy.copy(parsed)
+        self._repeat_key = group_key(parsed)
+        self._accept(parsed)
+
+    def _repeat(self, line: bytes) -> bool:
+        """A flood repeats one kernel line with new timestamps: count it without parsing it again."""
+        prefix = line[:len(line) - len(self._repeat_body)]
+        if prefix != self._repeat_prefix:
+            # A prefix holding kernel text of its own is another line that happens to end alike.
+            if not prefix_is_kernel(prefix) or any(needle in prefix for needle in NEEDLES):
+                return False
+            self._repeat_prefix, self._repeat_stamp = prefix, self.clock.parse(prefix)
+        moment, uptime = self._repeat_stamp
+        moment = self._when(moment)
+        if not self._in_window(moment):
+            return True
+        if self._repeat_template.continuation or not self.tracker.repeat(self._repeat_key, moment, uptime):
+            event = copy.copy(self._repeat_template)
+            event.time = event.first_seen = event.last_seen = moment
+            event.uptime = event.last_uptime = uptime
+            self._accept(event)
+            return True
+        self.stats.events += 1
+        return True
+
+    def _when(self, moment: Optional[float]) -> Optional[float]:
+        # Incremental reads only: a line without a time is new since the last run, so "now" is close.
+        return self.default_time if moment is None else moment
+
+    def _in_window(self, moment: Optional[float]) -> bool:
+        if self.since is None and self.until is None:
+            return True
+        if moment is None:
+            return False
+        too_early = self.since is not None and moment < self.since
+        too_late = self.until is not None and moment > self.until
+        return not (too_early or too_late)
+
+    def _accept(self, event: XidEvent) -> None:
+        if event.time is None and self.default_time is not None:
+            event.time = event.first_seen = event.last_seen = self.default_time
+        if not self._in_window(event.time):
+            return
+        self.stats.events += 1
+        self.tracker.add(event)
+
+
+def _source_kind(source: str) -> str:
+    return source if source in ("kmsg", "journal", "-") else "file"
+
+
+def read_new_events(kernel_log: str, state_dir: str, node: str, *, config: Any = None,
+                    gpus: Iterable[Any] = (), now: Optional[float] = None) -> KernelLogRead:
+    """The health check's read: only lines new since the last call for this node and source.
+
+    ``kernel_log`` is ``NodeSources.kernel_log`` ("auto" | "kmsg" | "journal" | a file path);
+    ``gpus`` are NVML facts (anything with index, uuid, pci_bus_id) to name the GPU of each event.
+    Raises ``KernelLogError`` (one line) when the log cannot be read.
+    """
+    settings = XidSettings.from_config(config)
+    now = time.time() if now is None else now
+    source = sources.resolve(kernel_log)
+    kind = _source_kind(source)
+    if kind == "-":
+        raise KernelLogError("stdin cannot be read incrementally")
+    identity = sources.KMSG if kind == "kmsg" else "journal" if kind == "journal" else os.path.abspath(source)
+    store = StateStore(state_dir, node)
+    try:
+        return _read_new_events(store, kind, identity, settings, gpus, now)
+    except OSError as exc:
+        # The source readers raise KernelLogError themselves; this is the state dir.
+        raise KernelLogError(f"cannot use the state dir {store.dir}: {exc.strerror or exc}") from None
+
+
+def _read_new_events(store: StateStore, kind: str, identity: str, settings: XidSettings,
+                     gpus: Iterable[Any], now: float) -> KernelLogRead:
+    with store.lock():
+        state = store.load_flood()
+        tracker = FloodTracker(settings.flood_window_s, settings.escalate)
+        tracker.seed(state, now)
+        learned = state.get("uuids") if isinstance(state.get("uuids"), dict) else {}
+        gpu_map = GpuMap(gpus, uuids={str(k): str(v) for k, v in learned.items()})
+        collector = _Collector(XidCatalog(settings.overrides), gpu_map, tracker, default_time=now, count_lines=True)
+        cursor = store.load_cursor(kind, identity)
+        if kind == "kmsg":
+            result = sources.read_kmsg(sources.KMSG, cursor, collector.scanner)
+        elif kind == "journal":
+            result = sources.read_journal(cursor, settings.rescan_bytes, settings.source_timeout_s, collector.scanner)
+        else:
+            result = sources.read_file_incremental(identity, cursor, settings.rescan_bytes, collector.scanner)
+        flood_state = tracker.state(now)
+        flood_state["uuids"] = dict(list(gpu_map.learned.items())[:4096])
+        # Flood state first: dying between the two writes re-reads lines (counted twice), never loses them.
+        store.save_flood(flood_state)
+        store.save_cursor(kind, identity, result.cursor)
+    everything = tracker.events()
+    for event in everything:
+        gpu_map.annotate(event)
+    return KernelLogRead(source=identity, events=[event for event in everything if event.count_new > 0],
+                         active=tracker.active(now), stats=collector.stats, rescan=result.rescan)
+
+
+def scan_events(kernel_log: str, since: Optional[float] = None, until: Optional[float] = None, *,
+                config: Any = None, gpus: Iterable[Any] = (), stream: Optional[BinaryIO] = None) -> KernelLogRead:
+    """A one-shot read of a whole source (or from ``since`` on), without a cursor.
+
+    ``kernel_log`` may also be "-" (``stream``, default stdin). Lines without a wall-clock time
+    are left out when ``since`` or ``until`` is given: they cannot be placed in the window.
+    """
+    settings = XidSettings.from_config(config)
+    source = kernel_log if kernel_log == "-" else sources.resolve(kernel_log)
+    kind = _source_kind(source)
+    tracker = FloodTracker(settings.flood_window_s, settings.escalate)
+    collector = _Collector(XidCatalog(settings.overrides), GpuMap(gpus), tracker, since=since, until=until)
+    if kind == "-":
+        sources.read_stream_all(stream if stream is not None else sources.stdin_binary(), collector.scanner)
+    elif kind == "kmsg":
+        sources.read_kmsg(sources.KMSG, None, collector.scanner)
+    elif kind == "journal":
+        sources.read_journal_between(since, until, settings.source_timeout_s, collector.scanner)
+    else:
+        sources.read_file_all(source, collector.scanner, since=since)
+    events = tracker.events()
+    for event in events:
+        collector.gpu_map.annotate(event)
+    return KernelLogRead(source=source, events=events, active=events, stats=collector.stats)
+
+
+def events_between(kernel_log: str, since: Optional[float], until: Optional[float] = None, *,
+                   config: Any = None, gpus: Iterable[Any] = ()) -> List[XidEvent]:
+    """The epilog's read: events from ``since`` to ``until`` (epoch seconds), repeats folded."""
+    return scan_events(kernel_log, since, until, config=config, gpus=gpus).events

@@ -1,0 +1,137 @@
+"""Find the few lines worth parsing in a stream of log bytes, at close to grep's speed.
+
+Chunks are searched with ``bytes.find`` for the parser's needles (C speed, no per-line Python
+work); only a line holding a needle is cut out and handed on. Memory stays bounded: one chunk
+plus at most ``MAX_LINE`` bytes of a line that spans chunks; the rest of an overlong line is
+skipped (its head, where the kernel text starts, is what matters).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+from .parser import NEEDLES
+
+CHUNK = 2 * 1024 * 1024
+MAX_LINE = 64 * 1024
+
+
+@dataclass
+class ScanStats:
+    bytes_read: int = 0
+    lines_read: int = 0            # counted only when asked (it costs a pass over the bytes)
+    candidate_lines: int = 0       # lines that held a needle and went to the parser
+    events: int = 0                # events parsed (before folding repeats)
+    overlong_lines: int = 0
+    problems: List[str] = field(default_factory=list)   # what could not be read, one line each
+
+
+class LineScanner:
+    """Feed chunks; ``on_line(line)`` is called for each complete line that holds a needle.
+
+    ``consumed`` is the number of bytes up to and including the last newline seen: where a
+    cursor may point so that the next run starts on a line boundary.
+    """
+
+    def __init__(self, on_line: Callable[[bytes], None], stats: Optional[ScanStats] = None,
+                 count_lines: bool = False):
+        self.on_line = on_line
+        self.stats = stats if stats is not None else ScanStats()
+        self.count_lines = count_lines
+        self.consumed = 0
+        self._offset = 0                 # bytes fed so far
+        self._pending = bytearray()      # head of a line not yet ended
+        self._overlong = False           # the pending line passed MAX_LINE; skipping to its end
+        self._discard_first = False
+
+    def start_mid_line(self) -> None:
+        """The first bytes fed are the tail of a line whose start was not read: drop them."""
+        self._discard_first = True
+
+    @property
+    def at_line_start(self) -> bool:
+        """False while still dropping the tail of a line begun before the bytes fed."""
+        return not self._discard_first
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self.stats.bytes_read += len(chunk)
+        if self.count_lines:
+            self.stats.lines_read += chunk.count(b"\n")
+        start = 0
+        if self._discard_first:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                self._offset += len(chunk)
+                return
+            self._discard_first = False
+            start = newline + 1
+            self.consumed = self._offset + start
+        elif self._pending or self._overlong:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                self._keep(chunk)
+                self._offset += len(chunk)
+                return
+            self._keep(chunk[:newline])
+            self._finish_pending()
+            start = newline + 1
+            self.consumed = self._offset + start
+        last_newline = chunk.rfind(b"\n", start)
+        if last_newline >= 0:
+            self._search(chunk, start, last_newline + 1)
+            self.consumed = self._offset + last_newline + 1
+            start = last_newline + 1
+        if start < len(chunk):
+            self._keep(chunk[start:])
+        self._offset += len(chunk)
+
+    def finish(self) -> None:
+        """End of input: a last line without a newline is still a line (a one-shot read)."""
+        if self._discard_first:
+            return
+        if self._pending or self._overlong:
+            if self.count_lines:
+                self.stats.lines_read += 1
+            self._finish_pending()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _keep(self, piece: bytes) -> None:
+        room = MAX_LINE - len(self._pending)
+        if len(piece) > room:
+            if not self._overlong:
+                self.stats.overlong_lines += 1
+            self._overlong = True
+            piece = piece[:max(room, 0)]
+        self._pending += piece
+
+    def _finish_pending(self) -> None:
+        line = bytes(self._pending)
+        self._pending.clear()
+        self._overlong = False
+        if any(needle in line for needle in NEEDLES):
+            self._emit(line)
+
+    def _search(self, chunk: bytes, start: int, end: int) -> None:
+        """Hand on each line in chunk[start:end] (whole lines) that holds a needle, once."""
+        starts = []
+        for needle in NEEDLES:
+            hit = chunk.find(needle, start, end)
+            while hit >= 0:
+                line_start = chunk.rfind(b"\n", start, hit) + 1 or start
+                starts.append(line_start)
+                line_end = chunk.find(b"\n", hit, end)
+                hit = chunk.find(needle, line_end + 1, end)
+        if not starts:
+            return
+        for line_start in sorted(set(starts)):
+            line_end = chunk.find(b"\n", line_start, end)
+            if line_end - line_start > MAX_LINE:
+                self.stats.overlong_lines += 1
+                line_end = line_start + MAX_LINE
+            self._emit(chunk[line_start:line_end])
+
+    def _emit(self, line: bytes) -> None:
+        self.stats.candidate_lines += 1
+        self.on_line(line.rstrip(b"\r"))

@@ -1,0 +1,431 @@
+"""Reading the kernel log: /dev/kmsg, journalctl -k, plain files (rotated .gz too), stdin.
+
+Every reader feeds bytes to a ``LineScanner`` and never holds more than a chunk. Incremental
+readers take the previous cursor and return the next one; when a cursor does not fit any more
+(rotation, truncation, a reboot) they read at most ``rescan_bytes`` from the end instead of the
+whole log, and say why.
+"""
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import selectors
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
+
+from .cursor import boot_id, tail_hash
+from .scanner import CHUNK, LineScanner
+from .timestamps import PrefixClock, boot_time
+
+KMSG = "/dev/kmsg"
+JOURNALCTL_PATHS = ("/usr/bin/journalctl", "/bin/journalctl")
+FALLBACK_FILES = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
+GZIP_MAGIC = b"\x1f\x8b"
+JOURNAL_BYTES_PER_LINE = 128     # turns rescan_bytes into journalctl -n for a bounded rescan
+BISECT_SLACK_S = 300.0           # lines are not strictly in time order; start a little early
+
+
+class KernelLogError(Exception):
+    """The kernel log could not be read; the message is one line an admin understands."""
+
+
+@dataclass
+class Incremental:
+    cursor: Dict[str, Any]
+    rescan: Optional[str] = None          # why the old cursor was not used, when it was not
+
+
+# -- choosing the source ---------------------------------------------------------------------------
+
+def journalctl_path() -> Optional[str]:
+    for path in JOURNALCTL_PATHS:
+        if os.access(path, os.X_OK):
+            return path
+    return shutil.which("journalctl")
+
+
+def resolve(kernel_log: str) -> str:
+    """"auto" -> "kmsg" when /dev/kmsg can be read, else "journal", else the first syslog file."""
+    if kernel_log != "auto":
+        return kernel_log
+    try:
+        os.close(os.open(KMSG, os.O_RDONLY | os.O_NONBLOCK))
+        return "kmsg"
+    except OSError:
+        pass
+    if journalctl_path():
+        return "journal"
+    for path in FALLBACK_FILES:
+        if os.path.isfile(path):
+            return path
+    raise KernelLogError("no kernel log found: /dev/kmsg is unreadable, journalctl is missing and "
+                         f"none of {', '.join(FALLBACK_FILES)} exists ([paths] kernel_log)")
+
+
+def _os_error(what: str, exc: OSError) -> KernelLogError:
+    return KernelLogError(f"cannot read {what}: {exc.strerror or exc}")
+
+
+# -- plain files -----------------------------------------------------------------------------------
+
+def _open_file(path: str) -> int:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise KernelLogError(f"cannot read {path}: not a regular file")
+    return fd
+
+
+def _is_gzip(fd: int) -> bool:
+    return os.pread(fd, 2, 0) == GZIP_MAGIC
+
+
+def _feed_range(fd: int, start: int, end: int, scanner: LineScanner) -> None:
+    position = start
+    while position < end:
+        chunk = os.pread(fd, min(CHUNK, end - position), position)
+        if not chunk:
+            break
+        scanner.feed(chunk)
+        position += len(chunk)
+
+
+def _feed_stream(stream: BinaryIO, scanner: LineScanner) -> None:
+    while True:
+        chunk = stream.read(CHUNK)
+        if not chunk:
+            break
+        scanner.feed(chunk)
+
+
+def file_clock(fd: int) -> PrefixClock:
+    """Syslog lines have no year: the file's mtime is the reference for the year."""
+    return PrefixClock(reference=os.fstat(fd).st_mtime)
+
+
+def read_file_all(path: str, make_scanner: Callable[[PrefixClock], LineScanner],
+                  since: Optional[float] = None) -> None:
+    """A one-shot read of a file (gzip or plain); with ``since``, start near that time."""
+    fd = _open_file(path)
+    try:
+        clock = file_clock(fd)
+        scanner = make_scanner(clock)
+        if _is_gzip(fd):
+            import gzip
+
+            try:
+                with os.fdopen(os.dup(fd), "rb") as raw, gzip.GzipFile(fileobj=raw) as stream:
+                    _feed_stream(stream, scanner)
+            except (OSError, EOFError, ValueError) as exc:
+                # A truncated or corrupt .gz: what was read before the damage still counts.
+                scanner.stats.problems.append(f"{path}: damaged gzip data ({exc})")
+        else:
+            size = os.fstat(fd).st_size
+            start = bisect_offset(fd, size, since - BISECT_SLACK_S, clock) if since is not None else 0
+            if start > 0:
+                scanner.start_mid_line()
+                start -= 1           # read the byte before: a start on a line boundary keeps that line
+            _feed_range(fd, start, size, scanner)
+        scanner.finish()
+    finally:
+        os.close(fd)
+
+
+def read_stream_all(stream: BinaryIO, make_scanner: Callable[[PrefixClock], LineScanner]) -> None:
+    scanner = make_scanner(PrefixClock())
+    _feed_stream(stream, scanner)
+    scanner.finish()
+
+
+def bisect_offset(fd: int, size: int, target: float, clock: PrefixClock) -> int:
+    """An offset at or before the first line written at ``target``; 0 when lines carry no time."""
+    low, high = 0, size
+    while high - low > CHUNK:
+        middle = (low + high) // 2
+        moment = _first_time_after(fd, middle, clock)
+        if moment is None:
+            return low
+        if moment < target:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _first_time_after(fd: int, offset: int, clock: PrefixClock) -> Optional[float]:
+    block = os.pread(fd, 16384, offset)
+    lines = block.split(b"\n")[1:-1]     # the first is partial, the last may be
+    for line in lines:
+        wall, _ = clock.parse(line[:96])
+        if wall is not None:
+            return wall
+    return None
+
+
+def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_bytes: int,
+                          make_scanner: Callable[[PrefixClock], LineScanner]) -> Incremental:
+    """Read what was appended since ``cursor``; a bounded rescan when the cursor does not fit."""
+    fd = _open_file(path)
+    try:
+        info = os.fstat(fd)
+        if _is_gzip(fd):
+            raise KernelLogError(f"{path} is compressed: a compressed file cannot be followed; "
+                                 "point [paths] kernel_log at the live log")
+        clock = file_clock(fd)
+        scanner = make_scanner(clock)
+        size = info.st_size
+        start: Optional[int] = None
+        rescan: Optional[str] = None
+        if not cursor:
+            rescan = "no cursor yet"
+        elif cursor.get("dev") == info.st_dev and cursor.get("ino") == info.st_ino:
+            offset = int(cursor.get("offset", -1))
+            if offset < 0 or offset > size:
+                rescan = "the file was truncated"
+            elif tail_hash(fd, offset) != cursor.get("tail_sha256"):
+                rescan = "the file was rewritten"
+            else:
+                start = offset
+        else:
+            rescan = "the file was rotated or replaced"
+            _finish_rotated(path, cursor, rescan_bytes, scanner)
+        if start is None:
+            start = max(0, size - rescan_bytes)
+            if start > 0:
+                scanner.start_mid_line()
+                start -= 1
+        elif cursor.get("mid_line"):
+            scanner.start_mid_line()
+        _feed_range(fd, start, size, scanner)
+        offset = min(start + scanner.consumed, size)
+        return Incremental({"dev": info.st_dev, "ino": info.st_ino, "offset": offset,
+                            "tail_sha256": tail_hash(fd, offset), "mid_line": not scanner.at_line_start}, rescan)
+    finally:
+        os.close(fd)
+
+
+def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int, scanner: LineScanner) -> None:
+    """The rest of the file the cursor points into, now renamed (kern.log.1, messages-20250223)."""
+    for candidate in glob.glob(glob.escape(path) + ".1") + glob.glob(glob.escape(path) + "-[0-9]*"):
+        if candidate.endswith(".gz"):
+            continue
+        try:
+            fd = os.open(candidate, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if (info.st_dev, info.st_ino) != (cursor.get("dev"), cursor.get("ino")):
+                continue
+            offset = int(cursor.get("offset", 0))
+            if offset > info.st_size or tail_hash(fd, offset) != cursor.get("tail_sha256"):
+                return
+            start = max(offset, info.st_size - rescan_bytes)
+            rotated = LineScanner(scanner.on_line, scanner.stats, scanner.count_lines)
+            if start > offset:
+                rotated.start_mid_line()
+                start -= 1
+            _feed_range(fd, start, info.st_size, rotated)
+            rotated.finish()
+            return
+        finally:
+            os.close(fd)
+
+
+# -- /dev/kmsg -------------------------------------------------------------------------------------
+
+def _kmsg_records(path: str) -> Iterator[bytes]:
+    """Records from /dev/kmsg (one per read), or lines from a file holding kmsg records."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        pending = b""
+        while True:
+            try:
+                block = os.read(fd, CHUNK if regular else 16384)
+            except BlockingIOError:
+                break                      # no more records for now
+            except BrokenPipeError:
+                continue                   # records were overwritten before we read them
+            except OSError as exc:
+                if exc.errno == errno.EINVAL:
+                    raise KernelLogError(f"{path}: a record did not fit the read buffer") from None
+                raise _os_error(path, exc) from None
+            if not block:
+                break
+            pending += block
+            lines = pending.split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                if line and not line.startswith(b" "):       # " KEY=value" lines are record metadata
+                    yield line
+        if pending and not pending.startswith(b" "):
+            yield pending
+    finally:
+        os.close(fd)
+
+
+def _kmsg_seq(record: bytes) -> Optional[int]:
+    head = record[:64].split(b";", 1)[0].split(b",")
+    try:
+        return int(head[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def read_kmsg(path: str, cursor: Optional[Dict[str, Any]],
+              make_scanner: Callable[[PrefixClock], LineScanner]) -> Incremental:
+    """Records after the cursor's sequence number in this boot; every record after a reboot
+    (the ring buffer itself is the bound)."""
+    current_boot = boot_id()
+    after = -1
+    rescan = None
+    if not cursor:
+        rescan = "no cursor yet"
+    elif cursor.get("boot_id") != current_boot:
+        rescan = "the node rebooted"
+    else:
+        after = int(cursor.get("seq", -1))
+    scanner = make_scanner(PrefixClock(boot_time=boot_time()))
+    last = after
+    batch = bytearray()
+    for record in _kmsg_records(path):
+        seq = _kmsg_seq(record)
+        if seq is None or seq <= after:
+            continue
+        last = max(last, seq)
+        batch += record + b"\n"
+        if len(batch) >= CHUNK:
+            scanner.feed(bytes(batch))
+            batch.clear()
+    scanner.feed(bytes(batch))
+    scanner.finish()
+    return Incremental({"boot_id": current_boot, "seq": last}, rescan)
+
+
+# -- journalctl ------------------------------------------------------------------------------------
+
+def _journal_argv(extra: List[str]) -> List[str]:
+    path = journalctl_path()
+    if path is None:
+        raise KernelLogError("journalctl not found ([paths] kernel_log = \"journal\")")
+    return [path, "-k", "-o", "short-unix", "--no-pager"] + extra
+
+
+def _run_streaming(argv: List[str], timeout: float, on_chunk: Callable[[bytes], None]) -> Tuple[int, bytes]:
+    """Run argv (no shell), streaming stdout to on_chunk; kill it at the deadline."""
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)
+    except OSError as exc:
+        raise _os_error(argv[0], exc) from None
+    deadline = time.monotonic() + timeout
+    errors = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        selector.register(proc.stderr, selectors.EVENT_READ)
+        open_streams = 2
+        try:
+            while open_streams:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KernelLogError(f"{os.path.basename(argv[0])} did not finish within {timeout:g} s")
+                for key, _ in selector.select(remaining):
+                    chunk = os.read(key.fileobj.fileno(), CHUNK)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        open_streams -= 1
+                    elif key.fileobj is proc.stdout:
+                        on_chunk(chunk)
+                    elif len(errors) < 4096:
+                        errors += chunk
+            returncode = proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise KernelLogError(f"{os.path.basename(argv[0])} did not exit within {timeout:g} s") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+    return returncode, bytes(errors)
+
+
+class _CursorTail:
+    """Keeps the end of journalctl's output, where ``-- cursor: ...`` (or ``-- No entries --``) is."""
+
+    def __init__(self, scanner: LineScanner):
+        self.scanner = scanner
+        self.tail = b""
+
+    def __call__(self, chunk: bytes) -> None:
+        self.scanner.feed(chunk)
+        self.tail = (self.tail + chunk)[-4096:]
+
+    def no_entries(self) -> bool:
+        # journalctl 252 exits 1 with --show-cursor when there is nothing to show.
+        return b"-- No entries --" in self.tail
+
+    def cursor(self) -> Optional[str]:
+        marker = self.tail.rfind(b"-- cursor: ")
+        if marker < 0:
+            return None
+        return self.tail[marker + len(b"-- cursor: "):].split(b"\n", 1)[0].decode("ascii", "replace").strip() or None
+
+
+def read_journal(cursor: Optional[Dict[str, Any]], rescan_bytes: int, timeout: float,
+                 make_scanner: Callable[[PrefixClock], LineScanner]) -> Incremental:
+    rescan = None
+    previous = (cursor or {}).get("cursor")
+    bounded = ["-b", "-n", str(max(1000, rescan_bytes // JOURNAL_BYTES_PER_LINE))]
+    if previous:
+        tail = _CursorTail(make_scanner(PrefixClock()))
+        code, errors = _run_streaming(_journal_argv(["--show-cursor", f"--after-cursor={previous}"]),
+                                      timeout, tail)
+        if code == 0 or tail.no_entries():
+            tail.scanner.finish()
+            return Incremental({"cursor": tail.cursor() or previous}, None)
+        rescan = "journalctl refused the cursor"
+    else:
+        rescan = "no cursor yet"
+    tail = _CursorTail(make_scanner(PrefixClock()))
+    code, errors = _run_streaming(_journal_argv(["--show-cursor"] + bounded), timeout, tail)
+    if code != 0 and not tail.no_entries():
+        raise KernelLogError(f"journalctl -k failed: {_first_line(errors) or f'exit status {code}'}")
+    tail.scanner.finish()
+    return Incremental({"cursor": tail.cursor() or previous}, rescan)
+
+
+def _first_line(errors: bytes) -> str:
+    text = errors.decode("utf-8", "replace").strip()
+    return text.splitlines()[0][:200] if text else ""
+
+
+def read_journal_between(since: Optional[float], until: Optional[float], timeout: float,
+                         make_scanner: Callable[[PrefixClock], LineScanner]) -> None:
+    window = [f"--since=@{int(since)}"] if since is not None else ["-b"]
+    if until is not None:
+        window.append(f"--until=@{int(until) + 1}")
+    tail = _CursorTail(make_scanner(PrefixClock()))
+    code, errors = _run_streaming(_journal_argv(window), timeout, tail)
+    if code != 0 and not tail.no_entries():
+        raise KernelLogError(f"journalctl -k failed: {_first_line(errors) or f'exit status {code}'}")
+    tail.scanner.finish()
+
+
+def stdin_binary() -> BinaryIO:
+    return sys.stdin.buffer
