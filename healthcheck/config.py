@@ -72,6 +72,36 @@ NODE_SCHEMA: Dict[str, Any] = {
 _NUMBER = Field(float, minimum=0)
 _ACTION = Field(str, choices=ACTIONS)
 
+# What this project does about an Xid, weakest first (healthcheck/kernellog orders by it).
+XID_ACTIONS = ("ignore", "job", "reset_gpu", "reboot", "contact_support")
+_XID_KEY_DOC = 'an Xid code such as "13", or "sxid:20034" for an NVSwitch SXid'
+_XID_MAX_ESCALATION_COUNT = 10000
+
+
+def _xid_code_keys_problem(table: Dict[str, Any]) -> Optional[str]:
+    bad = [key for key in table if not _is_xid_key(key)]
+    return f"{', '.join(repr(key) for key in bad)} is not an Xid code" if bad else None
+
+
+def _is_xid_key(key: str) -> bool:
+    digits = key[5:] if key.startswith("sxid:") else key
+    return digits.isascii() and digits.isdigit() and len(digits) <= 9
+
+
+def _count_problem(count: int) -> Optional[str]:
+    return f"{count} is above {_XID_MAX_ESCALATION_COUNT}" if count > _XID_MAX_ESCALATION_COUNT else None
+
+
+# [xid] escalate = { "13" = { count = 5, window_s = 3600, action = "reset_gpu" } }: this many
+# separate occurrences (lines closer than burst_s are one occurrence) of one code on one GPU
+# within window_s raise the action.
+_XID_ESCALATION: Dict[str, Any] = {
+    "count": Field(int, minimum=1, required=True, check=_count_problem),
+    "window_s": Field(float, minimum=1, required=True),
+    "action": Field(str, choices=XID_ACTIONS, required=True),
+    "burst_s": Field(float, minimum=0),
+}
+
 CONFIG_SCHEMA: Dict[str, Any] = {
     "paths": {
         "state_dir": Field(str),
@@ -91,11 +121,12 @@ CONFIG_SCHEMA: Dict[str, Any] = {
     "actions": Field(dict, values=_ACTION),
     "tiers": Field(dict, values=Field(list, item=Field(str))),
     "xid": {
-        "actions": Field(dict, values=Field(str, choices=(
-            "ignore", "job", "reset_gpu", "reboot", "contact_support"))),
+        "actions": Field(dict, values=Field(str, choices=XID_ACTIONS), check=_xid_code_keys_problem,
+                         doc=_XID_KEY_DOC),
         "flood_window_s": _NUMBER,
-        "escalate": Field(dict, values=Field(dict)),
+        "escalate": Field(dict, values=_XID_ESCALATION, check=_xid_code_keys_problem, doc=_XID_KEY_DOC),
         "rescan_bytes": Field(int, minimum=0),
+        "source_timeout_s": Field(float, minimum=1),
     },
     "drain": {
         "reason_prefix": Field(str),
@@ -224,6 +255,31 @@ def _cross_checks(doc: Dict[str, Any]) -> List[Problem]:
     for name in tiers:
         if name not in TIERS:
             problems.append((f"tiers.{name}", "unknown tier", "one of " + ", ".join(TIERS)))
+    problems.extend(_check_id_problems(doc))
+    return problems
+
+
+def _check_id_problems(doc: Dict[str, Any]) -> List[Problem]:
+    """Unknown check ids in [actions] and [tiers], unknown names in [thresholds]."""
+    from .checks import CHECKS, EXTERNAL_PREFIXES, FINDING_IDS
+
+    def known(check_id: str, ids) -> bool:
+        return check_id in ids or check_id.startswith(EXTERNAL_PREFIXES)
+
+    problems: List[Problem] = []
+    for check_id in doc.get("actions", {}):
+        if not known(check_id, FINDING_IDS):
+            problems.append((f'actions."{check_id}"', "unknown check id",
+                             "one of " + ", ".join(sorted(FINDING_IDS))))
+    for tier, ids in doc.get("tiers", {}).items():
+        for index, check_id in enumerate(ids):
+            if not known(check_id, CHECKS):
+                problems.append((f"tiers.{tier}[{index}]", f"unknown check id {check_id!r}",
+                                 "one of " + ", ".join(sorted(CHECKS))))
+    names = builtin_defaults().get("thresholds", {})
+    for name in doc.get("thresholds", {}):
+        if name not in names:
+            problems.append((f"thresholds.{name}", "unknown threshold", "one of " + ", ".join(sorted(names))))
     return problems
 
 

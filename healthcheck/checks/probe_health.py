@@ -1,0 +1,44 @@
+"""probe.timeout and probe.error: when a probe itself did not answer, that is the finding.
+
+Raised on every tier (not listed in [tiers]); a hung NVML is the classic sign of a GPU
+stuck in the driver, so its default action is to drain.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from ..findings import Finding
+from .base import CheckInput
+
+
+def probe_findings(inp: CheckInput) -> List[Finding]:
+    findings: List[Finding] = []
+    nvml = inp.nvml
+    if nvml is not None:
+        limit = nvml.timeout_s or 0
+        evidence = {"timeout_s": limit, "elapsed_s": round(nvml.elapsed_s or 0.0, 3)}
+        if nvml.status == "timeout":
+            findings.append(inp.finding("probe.timeout", "error", f"NVML did not answer within {limit:g} s",
+                                        evidence=evidence))
+        elif nvml.status == "crashed":
+            findings.append(inp.finding("probe.error", "error", f"NVML probe failed: {nvml.message or 'no answer'}",
+                                        evidence={"error": nvml.message}))
+        for gpu in inp.gpus_in_scope():
+            if gpu.state == "hang":
+                findings.append(inp.finding("probe.timeout", "error",
+                                            f"{gpu.subject()} did not answer NVML within {limit:g} s",
+                                            gpu=gpu, evidence=evidence))
+    ib = inp.ib
+    if ib is not None:
+        if ib.status == "timeout":
+            findings.append(inp.finding("probe.timeout", "error",
+                                        f"InfiniBand sysfs ({ib.sysfs_root}) did not answer within {ib.timeout_s or 0:g} s",
+                                        evidence={"timeout_s": ib.timeout_s}))
+        elif ib.status == "error":
+            findings.append(inp.finding("probe.error", "error", f"InfiniBand probe failed: {ib.message}",
+                                        evidence={"error": ib.message}))
+    dcgm = inp.dcgm
+    if dcgm is not None and dcgm.status == "timeout":
+        findings.append(inp.finding("probe.timeout", "error", dcgm.message,
+                                    evidence={"timeout_s": dcgm.timeout_s, "level": dcgm.level}))
+    return findings

@@ -1,0 +1,125 @@
+"""What probes hand to checks: plain data, no behaviour, picklable across the probe's child.
+
+Every value a probe could not read is ``None``: ``unsupported`` says which features the
+hardware does not have (NVML answered NotSupported: no alarm), ``errors`` which reads failed
+for another reason (what NVML or the kernel said, verbatim).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+# NVML feature groups a probe can be asked for; checks declare which they need.
+NVML_FEATURES = ("ecc", "remap", "retired_pages", "thermal", "power", "clocks", "pcie",
+                 "nvlink", "nvlink_errors", "fabric", "processes")
+
+# NVLink data-link error counters, named as in pynvml's NVML_NVLINK_ERROR_DL_* constants.
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
+
+# InfiniBand port counters (files under ports/<n>/counters/) the counter check watches.
+IB_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
+               "local_link_integrity_errors", "excessive_buffer_overrun_errors")
+
+# NVML's fabric states (NVML_GPU_FABRIC_STATE_*), by value.
+FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+
+
+@dataclass
+class GpuFacts:
+    index: int
+    uuid: Optional[str] = None
+    pci_bus_id: Optional[str] = None           # NVML's form: 00000000:18:00.0
+    name: Optional[str] = None
+    # ok | lost (NVML says GPU is lost) | hang (did not answer in time) | error (see ``error``)
+    state: str = "ok"
+    error: Optional[str] = None
+    unsupported: List[str] = field(default_factory=list)
+    errors: Dict[str, str] = field(default_factory=dict)
+    ecc_mode: Optional[List[int]] = None        # [current, pending], 1 enabled
+    ecc: Dict[str, Optional[int]] = field(default_factory=dict)   # volatile_corrected, ...
+    remapped_rows: Optional[Dict[str, int]] = None   # correctable, uncorrectable, pending, failure
+    retired_pages_pending: Optional[bool] = None
+    temperature_c: Optional[float] = None
+    temperature_slowdown_c: Optional[float] = None
+    power_w: Optional[float] = None
+    power_limit_w: Optional[float] = None
+    clock_event_reasons: Optional[int] = None
+    pcie: Dict[str, Optional[int]] = field(default_factory=dict)  # gen, gen_max, width, width_max
+    nvlink_states: Optional[Dict[int, int]] = None   # link -> 1 active / 0 inactive; None: no NVLink
+    nvlink_errors: Dict[int, Dict[str, int]] = field(default_factory=dict)
+    fabric_state: Optional[int] = None           # None: the GPU has no fabric to join
+    fabric_status: Optional[int] = None          # an NVML return code once state is completed
+    processes: Optional[List[Dict[str, Any]]] = None   # pid, used_memory_mib (None: unknown)
+
+    def subject(self) -> str:
+        where = f" ({self.pci_bus_id})" if self.pci_bus_id else ""
+        return f"GPU {self.index}{where}"
+
+
+@dataclass
+class NvmlFacts:
+    # ok | library_not_found | driver_not_loaded | init_error | timeout | crashed
+    status: str = "ok"
+    message: str = ""
+    driver_version: Optional[str] = None
+    device_count: Optional[int] = None
+    gpus: List[GpuFacts] = field(default_factory=list)
+    timeout_s: Optional[float] = None
+    elapsed_s: Optional[float] = None
+
+
+@dataclass
+class IbPortFacts:
+    hca: str
+    port: int
+    state: Optional[int] = None                  # 4 ACTIVE (1 DOWN, 2 INIT, 3 ARMED)
+    state_text: str = ""
+    phys_state: Optional[int] = None             # 5 LinkUp (2 Polling, 3 Disabled)
+    phys_state_text: str = ""
+    rate_gbps: Optional[float] = None
+    rate_text: str = ""
+    link_layer: Optional[str] = None             # InfiniBand | Ethernet
+    counters: Dict[str, Optional[int]] = field(default_factory=dict)   # None: "N/A (no PMA)"
+    gid_types: Dict[int, str] = field(default_factory=dict)            # RoCE: index -> "RoCE v2"
+    numa_node: Optional[int] = None
+    errors: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.hca}:{self.port}"
+
+
+@dataclass
+class IbFacts:
+    status: str = "ok"                           # ok | timeout | error
+    message: str = ""
+    sysfs_root: str = "/sys"
+    ports: List[IbPortFacts] = field(default_factory=list)
+    timeout_s: Optional[float] = None
+
+    def port(self, hca: str, port: int) -> Optional[IbPortFacts]:
+        for entry in self.ports:
+            if entry.hca == hca and entry.port == port:
+                return entry
+        return None
+
+
+@dataclass
+class DcgmTestResult:
+    category: str
+    test: str
+    status: str                                  # pass | fail | skip | other (lower-cased)
+    gpus: List[int] = field(default_factory=list)   # empty: the whole node
+    warnings: List[str] = field(default_factory=list)
+
+
+@dataclass
+class DcgmFacts:
+    # ok | not_installed | timeout | error (dcgmi failed or printed nothing we understand)
+    status: str = "ok"
+    message: str = ""
+    level: Optional[int] = None
+    version: Optional[str] = None
+    results: List[DcgmTestResult] = field(default_factory=list)
+    exit_code: Optional[int] = None
+    timeout_s: Optional[float] = None

@@ -1,0 +1,227 @@
+"""Run a probe in a forked child under a deadline enforced from outside the call.
+
+A driver call on a lost GPU can block in uninterruptible sleep; no timeout inside the
+calling process can end it. So the probe runs in a child that streams what it learns
+through a pipe (one record at a time, so whatever finished before a hang is kept), and the
+parent stops listening at the deadline, SIGKILLs the child and never waits on it for more
+than a short, bounded time: a child stuck in the kernel is left to a reaper thread.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional
+
+Emit = Callable[[Any], None]
+
+_HEADER = struct.Struct("!I")
+# After SIGKILL, how long the parent polls for the child's exit before handing it to a
+# reaper thread. A killable child is gone in microseconds; one in D state may never be.
+REAP_WAIT_S = 0.2
+_DONE = "__deadline_done__"
+_FAILED = "__deadline_failed__"
+
+
+@dataclass
+class Outcome:
+    records: List[Any] = field(default_factory=list)
+    finished: bool = False          # the target returned normally
+    timed_out: bool = False
+    error: Optional[str] = None     # the target raised, or the child died without a word
+    elapsed_s: float = 0.0
+
+
+class ChildProbe:
+    """``target(emit)`` in a forked child; ``wait()`` returns what it emitted by the deadline.
+
+    Start several, then wait on each: the deadlines run concurrently.
+    """
+
+    def __init__(self, target: Callable[[Emit], None], timeout_s: float):
+        self.target = target
+        self.timeout_s = float(timeout_s)
+        self.pid: Optional[int] = None
+        self._read_fd: Optional[int] = None
+        self._started = 0.0
+        self._outcome: Optional[Outcome] = None
+
+    def start(self) -> "ChildProbe":
+        self._started = time.monotonic()
+        try:
+            read_fd, write_fd = os.pipe()
+        except OSError as exc:
+            self._outcome = Outcome(error=f"cannot start the probe process: {exc.strerror or exc}")
+            return self
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            self._outcome = Outcome(error=f"cannot start the probe process: {exc.strerror or exc}")
+            return self
+        if pid == 0:  # pragma: no cover - runs in the child, which leaves through os._exit
+            _child_main(self.target, read_fd, write_fd)
+        os.close(write_fd)
+        self.pid, self._read_fd = pid, read_fd
+        return self
+
+    def wait(self) -> Outcome:
+        if self.pid is None and self._outcome is None:
+            self.start()
+        if self._outcome is not None:
+            return self._outcome
+        outcome = Outcome()
+        deadline = self._started + self.timeout_s
+        buffer = bytearray()
+        eof = False
+        try:
+            while True:
+                # Past the deadline, still take what is already in the pipe: a caller that
+                # waited on another probe first must not lose this one's answer.
+                remaining = max(deadline - time.monotonic(), 0.0)
+                ready, _, _ = select.select([self._read_fd], [], [], remaining)
+                if not ready:
+                    if remaining <= 0:
+                        break
+                    continue
+                chunk = os.read(self._read_fd, 1 << 16)
+                if not chunk:
+                    eof = True
+                    break
+                buffer.extend(chunk)
+                _drain_frames(buffer, outcome)
+                if outcome.finished or outcome.error:
+                    break
+        finally:
+            os.close(self._read_fd)
+        if not (outcome.finished or outcome.error):
+            if eof:
+                outcome.error = "the probe process exited without an answer"
+            else:
+                outcome.timed_out = True
+        _end_child(self.pid, deadline)
+        outcome.elapsed_s = time.monotonic() - self._started
+        self._outcome = outcome
+        return outcome
+
+
+def run_with_deadline(target: Callable[[Emit], None], timeout_s: float) -> Outcome:
+    return ChildProbe(target, timeout_s).start().wait()
+
+
+def call_with_deadline(function: Callable[[], Any], timeout_s: float) -> Outcome:
+    """``function()`` in a child; its return value is the outcome's only record."""
+    return run_with_deadline(lambda emit: emit(function()), timeout_s)
+
+
+# -- child side ------------------------------------------------------------------------------
+def _child_main(target: Callable[[Emit], None], read_fd: int, write_fd: int) -> None:  # pragma: no cover
+    status = 0
+    try:
+        os.close(read_fd)
+        _detach_stdio(write_fd)
+        lock = threading.Lock()
+
+        def emit(record: Any) -> None:
+            payload = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+            with lock:
+                _write_all(write_fd, _HEADER.pack(len(payload)) + payload)
+
+        try:
+            target(emit)
+            emit(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as text
+            status = 1
+            try:
+                emit((_FAILED, f"{type(exc).__name__}: {exc}"))
+            except BaseException:  # noqa: BLE001
+                pass
+    finally:
+        os._exit(status)
+
+
+def _detach_stdio(keep_fd: int) -> None:  # pragma: no cover - child only
+    """A child stuck in the kernel must not hold the caller's stdout open (slurmd, a pipe
+    reader waiting for EOF), nor any other descriptor the parent inherited."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        if fd != keep_fd:
+            os.dup2(devnull, fd)
+    if devnull > 2:
+        os.close(devnull)
+    os.closerange(3, keep_fd)
+    os.closerange(keep_fd + 1, _max_fd())
+
+
+def _max_fd() -> int:  # pragma: no cover - child only
+    try:
+        return min(os.sysconf("SC_OPEN_MAX"), 65536)
+    except (ValueError, OSError):
+        return 4096
+
+
+def _write_all(fd: int, data: bytes) -> None:  # pragma: no cover - child only
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+# -- parent side -----------------------------------------------------------------------------
+def _drain_frames(buffer: bytearray, outcome: Outcome) -> None:
+    while len(buffer) >= _HEADER.size:
+        (length,) = _HEADER.unpack_from(buffer)
+        if len(buffer) < _HEADER.size + length:
+            return
+        payload = bytes(buffer[_HEADER.size:_HEADER.size + length])
+        del buffer[:_HEADER.size + length]
+        # The payload comes from our own forked child, which runs our code with our privileges.
+        record = pickle.loads(payload)
+        if record == _DONE:
+            outcome.finished = True
+        elif isinstance(record, tuple) and len(record) == 2 and record[0] == _FAILED:
+            outcome.error = record[1]
+        else:
+            outcome.records.append(record)
+
+
+def _end_child(pid: int, deadline: float) -> None:
+    """Reap the child if it is gone (or goes by the deadline); else kill it and move on."""
+    while True:
+        if _reaped(pid):
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.005)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    give_up = time.monotonic() + REAP_WAIT_S
+    while time.monotonic() < give_up:
+        if _reaped(pid):
+            return
+        time.sleep(0.005)
+    # Still there: blocked in the kernel. Do not wait; reap it whenever the kernel lets go.
+    threading.Thread(target=_blocking_reap, args=(pid,), name=f"reap-{pid}", daemon=True).start()
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == pid
+
+
+def _blocking_reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass

@@ -1,0 +1,308 @@
+"""The NVML probe: every NVML call for the node, in a child process, under one deadline.
+
+It reads facts and judges nothing. ``nvml`` is the module that serves the API (pynvml, or the
+simulator bound to a node): functions are called through it; constants, structures and
+exception classes come from pynvml itself, so both behave the same.
+
+In the child each GPU is read in its own thread and reported as soon as it is done, so a GPU
+that hangs costs only itself: the others are judged, and it is reported as not answering.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from types import ModuleType
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+from ..facts import NVLINK_COUNTERS, NVML_FEATURES, GpuFacts, NvmlFacts
+from .deadline import ChildProbe, Emit
+
+
+def probe_nvml(nvml: ModuleType, timeout_s: float, features: Iterable[str] = NVML_FEATURES,
+               gpus: Optional[Iterable[int]] = None) -> NvmlFacts:
+    """NVML facts for this node, or what went wrong, within ``timeout_s`` (+ a few ms).
+
+    ``gpus`` limits the per-GPU reads to those NVML indices (the count is always read).
+    """
+    return nvml_facts(start_nvml_probe(nvml, timeout_s, features, gpus))
+
+
+def start_nvml_probe(nvml: ModuleType, timeout_s: float, features: Iterable[str] = NVML_FEATURES,
+                     gpus: Optional[Iterable[int]] = None) -> ChildProbe:
+    """The probe's child, started; ``nvml_facts(child)`` collects it (other probes can run meanwhile)."""
+    wanted = frozenset(features)
+    only = None if gpus is None else frozenset(gpus)
+    return ChildProbe(lambda emit: _gather(nvml, wanted, only, emit), timeout_s).start()
+
+
+def nvml_facts(child: ChildProbe) -> NvmlFacts:
+    outcome = child.wait()
+    return assemble(outcome.records, outcome.timed_out, outcome.error, child.timeout_s, outcome.elapsed_s)
+
+
+def assemble(records: List[Any], timed_out: bool, error: Optional[str], timeout_s: float,
+             elapsed_s: float = 0.0) -> NvmlFacts:
+    """Facts from the child's records; GPUs that never reported did not answer in time."""
+    facts = NvmlFacts(timeout_s=timeout_s, elapsed_s=elapsed_s)
+    node: Optional[Dict[str, Any]] = None
+    identities: Dict[int, Dict[str, Any]] = {}
+    done: Dict[int, GpuFacts] = {}
+    for kind, value in records:
+        if kind == "node":
+            node = value
+        elif kind == "identity":
+            identities[value["index"]] = value
+        elif kind == "gpu":
+            done[value.index] = value
+    if node is None:
+        facts.status = "timeout" if timed_out else "crashed"
+        facts.message = error or ""
+        return facts
+    facts.status, facts.message = node["status"], node.get("message", "")
+    facts.driver_version, facts.device_count = node.get("driver_version"), node.get("device_count")
+    for index in node.get("probed", []):
+        gpu = done.get(index)
+        if gpu is None:
+            known = identities.get(index, {})
+            gpu = GpuFacts(index=index, uuid=known.get("uuid"), pci_bus_id=known.get("pci_bus_id"),
+                           name=known.get("name"),
+                           state="hang" if timed_out else "error",
+                           error=None if timed_out else (error or "the probe ended before this GPU"))
+        facts.gpus.append(gpu)
+    if error and facts.status == "ok":
+        facts.message = error
+    return facts
+
+
+# -- child side --------------------------------------------------------------------------------
+def _gather(nvml: ModuleType, wanted: frozenset, only: Optional[frozenset], emit: Emit) -> None:
+    import pynvml
+
+    try:
+        nvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound as exc:
+        emit(("node", {"status": "library_not_found", "message": _text(exc)}))
+        return
+    except pynvml.NVMLError_DriverNotLoaded as exc:
+        emit(("node", {"status": "driver_not_loaded", "message": _text(exc)}))
+        return
+    except pynvml.NVMLError as exc:
+        emit(("node", {"status": "init_error", "message": _text(exc)}))
+        return
+    try:
+        try:
+            driver = nvml.nvmlSystemGetDriverVersion()
+        except pynvml.NVMLError:
+            driver = None
+        count = nvml.nvmlDeviceGetCount()
+        probed = [i for i in range(count) if only is None or i in only]
+        emit(("node", {"status": "ok", "driver_version": _str(driver), "device_count": count,
+                       "probed": probed}))
+        threads = [threading.Thread(target=_gather_gpu_safely, args=(nvml, index, wanted, emit),
+                                    name=f"nvml-gpu{index}", daemon=True) for index in probed]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def _gather_gpu_safely(nvml: ModuleType, index: int, wanted: frozenset, emit: Emit) -> None:
+    try:
+        emit(("gpu", gather_gpu(nvml, index, wanted, emit)))
+    except Exception as exc:  # noqa: BLE001 - a probe bug on one GPU must not hide the others
+        emit(("gpu", GpuFacts(index=index, state="error", error=f"{type(exc).__name__}: {exc}")))
+
+
+class _Lost(Exception):
+    """NVML said GPU_IS_LOST: stop asking this GPU anything."""
+
+
+def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[Emit] = None) -> GpuFacts:
+    """Every wanted fact about one GPU (runs in the probe's child; callable directly in tests)."""
+    import pynvml
+
+    gpu = GpuFacts(index=index)
+
+    def read(feature: str, call: Callable[[], Any]) -> Any:
+        """``call()``; None when unsupported or failed (noted), _Lost when the GPU is gone."""
+        try:
+            return call()
+        except pynvml.NVMLError_GpuIsLost as exc:
+            gpu.state, gpu.error = "lost", _text(exc)
+            raise _Lost() from None
+        except pynvml.NVMLError_NotSupported:
+            if feature not in gpu.unsupported:
+                gpu.unsupported.append(feature)
+            return None
+        except pynvml.NVMLError as exc:
+            gpu.errors.setdefault(feature, _text(exc))
+            return None
+
+    try:
+        handle = read("handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index))
+        if handle is None:
+            gpu.state, gpu.error = "error", gpu.errors.get("handle", "no handle")
+            return gpu
+        gpu.name = _str(read("identity", lambda: nvml.nvmlDeviceGetName(handle)))
+        gpu.uuid = _str(read("identity", lambda: nvml.nvmlDeviceGetUUID(handle)))
+        pci = read("identity", lambda: nvml.nvmlDeviceGetPciInfo(handle))
+        gpu.pci_bus_id = _str(pci.busId) if pci is not None else None
+        if emit is not None:
+            emit(("identity", {"index": index, "uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id,
+                               "name": gpu.name}))
+        if "ecc" in wanted:
+            _read_ecc(nvml, pynvml, handle, gpu, read)
+        if "remap" in wanted:
+            rows = read("remapped_rows", lambda: nvml.nvmlDeviceGetRemappedRows(handle))
+            if rows is not None:
+                gpu.remapped_rows = {"correctable": int(rows[0]), "uncorrectable": int(rows[1]),
+                                     "pending": int(rows[2]), "failure": int(rows[3])}
+        if "retired_pages" in wanted:
+            pending = read("retired_pages", lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle))
+            gpu.retired_pages_pending = None if pending is None else bool(pending)
+        if "thermal" in wanted:
+            gpu.temperature_c = read("temperature", lambda: nvml.nvmlDeviceGetTemperature(
+                handle, pynvml.NVML_TEMPERATURE_GPU))
+            gpu.temperature_slowdown_c = read("temperature", lambda: nvml.nvmlDeviceGetTemperatureThreshold(
+                handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
+        if "power" in wanted:
+            usage = read("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+            limit = read("power", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))
+            gpu.power_w = None if usage is None else usage / 1000.0      # NVML: milliwatts
+            gpu.power_limit_w = None if limit is None else limit / 1000.0
+        if "clocks" in wanted or "pcie" in wanted:
+            # Older pynvml (< 12.535) knows only the "throttle" spelling of the same call.
+            reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
+            gpu.clock_event_reasons = read("clock_event_reasons", lambda: reasons(handle))
+        if "pcie" in wanted:
+            gpu.pcie = {
+                "gen": read("pcie", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+                "gen_max": read("pcie", lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
+                "width": read("pcie", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+                "width_max": read("pcie", lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
+            }
+        if "nvlink" in wanted or "nvlink_errors" in wanted:
+            _read_nvlink(nvml, pynvml, handle, gpu, "nvlink_errors" in wanted)
+        if "fabric" in wanted:
+            _read_fabric(nvml, pynvml, handle, gpu, read)
+        if "processes" in wanted:
+            procs = read("processes", lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+            if procs is not None:
+                gpu.processes = [{"pid": int(p.pid), "used_memory_mib": _mib(getattr(p, "usedGpuMemory", None))}
+                                 for p in procs]
+    except _Lost:
+        pass
+    return gpu
+
+
+def _read_ecc(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
+    mode = read("ecc", lambda: nvml.nvmlDeviceGetEccMode(handle))
+    if mode is None:
+        return
+    gpu.ecc_mode = [int(mode[0]), int(mode[1])]
+    if not gpu.ecc_mode[0]:
+        return    # counters are not kept while ECC is off
+    kinds = {
+        "volatile_corrected": (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
+        "volatile_uncorrected": (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
+        "aggregate_corrected": (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_AGGREGATE_ECC),
+        "aggregate_uncorrected": (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC),
+    }
+    for key, (error_type, counter_type) in kinds.items():
+        gpu.ecc[key] = read("ecc", lambda: nvml.nvmlDeviceGetTotalEccErrors(handle, error_type, counter_type))
+
+
+_NVLINK_COUNTER_CONSTANTS = {
+    "replay": "NVML_NVLINK_ERROR_DL_REPLAY",
+    "recovery": "NVML_NVLINK_ERROR_DL_RECOVERY",
+    "crc_flit": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+    "crc_data": "NVML_NVLINK_ERROR_DL_CRC_DATA",
+    "ecc_data": "NVML_NVLINK_ERROR_DL_ECC_DATA",
+}
+
+
+def _read_nvlink(nvml, pynvml, handle, gpu: GpuFacts, with_errors: bool) -> None:
+    states: Dict[int, int] = {}
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            states[link] = int(nvml.nvmlDeviceGetNvLinkState(handle, link))
+        except pynvml.NVMLError_GpuIsLost as exc:
+            gpu.state, gpu.error = "lost", _text(exc)
+            raise _Lost() from None
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
+            continue    # no such link on this GPU (PCIe cards: none at all)
+        except pynvml.NVMLError as exc:
+            gpu.errors.setdefault("nvlink", f"link {link}: {_text(exc)}")
+    if not states:
+        if "nvlink" not in gpu.errors:
+            gpu.unsupported.append("nvlink")
+        return
+    gpu.nvlink_states = states
+    if not with_errors:
+        return
+    for link in states:
+        counters: Dict[str, int] = {}
+        for name in NVLINK_COUNTERS:
+            constant = getattr(pynvml, _NVLINK_COUNTER_CONSTANTS[name], None)
+            if constant is None:
+                continue
+            try:
+                counters[name] = int(nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, constant))
+            except pynvml.NVMLError_GpuIsLost as exc:
+                gpu.state, gpu.error = "lost", _text(exc)
+                raise _Lost() from None
+            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
+                continue   # NVLink5 reports these through field values instead
+            except pynvml.NVMLError as exc:
+                gpu.errors.setdefault("nvlink_errors", f"link {link}: {_text(exc)}")
+        if counters:
+            gpu.nvlink_errors[link] = counters
+
+
+def _read_fabric(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
+    struct_type = getattr(pynvml, "c_nvmlGpuFabricInfoV_t", None)
+    call = getattr(nvml, "nvmlDeviceGetGpuFabricInfoV", None)
+    if struct_type is None or call is None:
+        gpu.unsupported.append("fabric")
+        return
+    info = struct_type()
+    if read("fabric", lambda: call(handle, ctypes.byref(info))) is None:
+        return
+    state = int(info.state)
+    if state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+        gpu.unsupported.append("fabric")
+        return
+    gpu.fabric_state, gpu.fabric_status = state, int(info.status)
+
+
+# -- small conversions ---------------------------------------------------------------------------
+def _str(value: Any) -> Optional[str]:
+    """pynvml returns str on Python 3, but older wheels and raw ctypes fields give bytes."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("ascii", "replace").rstrip("\x00")
+    return str(value)
+
+
+def _mib(used: Any) -> Optional[int]:
+    if used is None:
+        return None
+    try:
+        value = int(used)
+    except (TypeError, ValueError):
+        return None
+    # NVML_VALUE_NOT_AVAILABLE (all ones) means the driver cannot tell, e.g. under WDDM.
+    if value >= (1 << 64) - 1:
+        return None
+    return value // (1024 * 1024)
+
+
+def _text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

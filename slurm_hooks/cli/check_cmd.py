@@ -1,0 +1,119 @@
+"""``slurm-gpu check``: run the GPU, NVLink and InfiniBand checks on this node (or a simulated one).
+
+Exit status: 0 healthy, 1 warnings only, 2 failures, 3 could not check (including bad input:
+a config or profile that cannot be used, an unknown option).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from typing import Iterator, Optional
+
+import click
+
+from healthcheck.config import TIERS, Config, ConfigError, node_name, read_document
+from healthcheck.findings import EXIT_CODES
+
+from .common import config_option
+
+EXIT_COULD_NOT_CHECK = EXIT_CODES["error"]
+
+_COUNT_WORDS = {"fail": ("failure", "failures"), "warn": ("warning", "warnings"), "error": ("error", "errors")}
+
+
+class _CheckCommand(click.Command):
+    """Usage errors exit 3 like every other "could not check", not click's 2 (= failures here)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            exc.exit_code = EXIT_COULD_NOT_CHECK
+            raise
+
+
+def _give_up(message: str) -> "click.exceptions.Exit":
+    click.echo(f"slurm-gpu check: {message}", err=True)
+    raise click.exceptions.Exit(EXIT_COULD_NOT_CHECK)
+
+
+@click.command(cls=_CheckCommand)
+@config_option
+@click.option("--node", metavar="NAME", default=None,
+              help="Node name (default: $SLURMD_NODENAME, else the short hostname); picks the [[nodes]] entry.")
+@click.option("--sim", "sim_profile", metavar="PROFILE", default=None,
+              help="Check a simulated node built from this profile instead of the real hardware.")
+@click.option("--tier", type=click.Choice(TIERS), default="health", show_default=True,
+              help="Which checks: prolog (fast), health (all), deep (plus DCGM diagnostics).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def check(config_path: Optional[str], node: Optional[str], sim_profile: Optional[str], tier: str,
+          as_json: bool) -> None:
+    """Run the checks and print the findings (exit 0 ok, 1 warn, 2 fail, 3 could not check)."""
+    from healthcheck.runner import run_checks
+    from healthcheck.sim.profile import ProfileError
+
+    try:
+        cfg = Config.load(config_path)
+    except ConfigError as exc:
+        for line in exc.lines():
+            click.echo(line, err=True)
+        raise click.exceptions.Exit(EXIT_COULD_NOT_CHECK)
+    name = node_name(node)
+    try:
+        with _sources(cfg, name, sim_profile) as sources:
+            report = run_checks(cfg, name, tier, sources=sources)
+    except ProfileError as exc:
+        _give_up(str(exc).splitlines()[0])
+    except ValueError as exc:
+        _give_up(str(exc))
+    except OSError as exc:
+        _give_up(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
+    except ImportError as exc:
+        _give_up(f"cannot load NVML bindings: {exc}")
+
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=False))
+    else:
+        for finding in report.findings:
+            click.echo(f"{finding.status.upper():<5}  {finding.check:<26} {finding.message}  [{finding.action}]")
+        click.echo(_summary(report))
+    raise click.exceptions.Exit(report.exit_code)
+
+
+@contextlib.contextmanager
+def _sources(cfg: Config, node: str, sim_profile: Optional[str]) -> Iterator:
+    from healthcheck.sources import node_sources, sim_sources
+
+    if sim_profile is None:
+        yield node_sources(cfg, node)
+        return
+    if _config_sets_state_dir(cfg):
+        yield sim_sources(node, cfg.state_dir, sim_profile)
+        return
+    # No state dir of the admin's: a throwaway one, so a look at a profile leaves nothing behind
+    # (and counter growth starts from a fresh baseline each time).
+    with tempfile.TemporaryDirectory(prefix="slurm-gpu-check-") as state_dir:
+        yield sim_sources(node, state_dir, sim_profile)
+
+
+def _config_sets_state_dir(cfg: Config) -> bool:
+    if cfg.path is None:
+        return False
+    try:
+        return "state_dir" in read_document(cfg.path).get("paths", {})
+    except ConfigError:
+        return False
+
+
+def _summary(report) -> str:
+    counts = {}
+    for finding in report.findings:
+        counts[finding.status] = counts.get(finding.status, 0) + 1
+    parts = []
+    for status in ("fail", "warn", "error"):
+        if counts.get(status):
+            singular, many = _COUNT_WORDS[status]
+            parts.append(f"{counts[status]} {singular if counts[status] == 1 else many}")
+    detail = ", ".join(parts) if parts else "no findings"
+    return f"{report.node}: {report.status} ({detail}; tier {report.tier}, {report.duration_ms} ms)"

@@ -1,0 +1,59 @@
+"""Helpers shared by the check, probe and CLI tests: expected hardware per simulated node
+type, configs built from it, and simulated nodes on a temp state dir."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+from healthcheck.checks import CHECKS
+from healthcheck.checks.base import CheckInput
+from healthcheck.config import Config
+from healthcheck.sources import sim_sources
+
+from .conftest import SIM_PROFILES
+
+# The [[nodes]] entry that describes each shipped profile's hardware (keyed by NVML name).
+HARDWARE: Dict[str, Dict[str, Any]] = {
+    "H100": dict(gpus=8, gpu_model="H100", nvlinks_per_gpu=18, nvswitch_fabric=True,
+                 ib_ports=[f"mlx5_{i}:1" for i in range(8)], ib_rate_gbps=400,
+                 ib_link_layer="InfiniBand", power_limit_w=700),
+    "A100": dict(gpus=8, gpu_model="A100", nvlinks_per_gpu=12, nvswitch_fabric=False,
+                 ib_ports=[f"mlx5_{i}:1" for i in range(8)], ib_rate_gbps=200,
+                 ib_link_layer="InfiniBand", power_limit_w=400),
+    "L40S": dict(gpus=4, gpu_model="L40S", nvlinks_per_gpu=0, nvswitch_fabric=False,
+                 ib_ports=["mlx5_0:1", "mlx5_1:1"], ib_rate_gbps=200, ib_link_layer="Ethernet",
+                 roce_gid_index=3, power_limit_w=350),
+    "V100": dict(gpus=8, gpu_model="V100", nvlinks_per_gpu=6, nvswitch_fabric=False,
+                 ib_ports=[f"mlx5_{i}:1" for i in range(4)], ib_rate_gbps=100,
+                 ib_link_layer="InfiniBand", power_limit_w=300),
+}
+
+# Every check the simulator can feed (DCGM needs a real dcgmi).
+ALL_SIM_CHECKS = [cid for cid in CHECKS if cid != "dcgm.diag"]
+
+
+def hardware_for(gpu_name: str) -> Dict[str, Any]:
+    return next(dict(entry) for model, entry in HARDWARE.items() if model in gpu_name)
+
+
+def make_config(node: str = "n1", hardware: Optional[Dict[str, Any]] = None, timeout_s: float = 1.0,
+                state_dir: Optional[str] = None, **sections: Any) -> Config:
+    doc: Dict[str, Any] = {"gpu": {"probe_timeout_s": timeout_s}}
+    if state_dir:
+        doc["paths"] = {"state_dir": state_dir}
+    if hardware is not None:
+        doc["nodes"] = [dict(match=node, **hardware)]
+    doc.update(sections)
+    return Config.from_document(doc, None)
+
+
+def sim(tmp_path, profile: str, node: str = "n1"):
+    path = profile if os.path.isabs(profile) else os.path.join(SIM_PROFILES, profile)
+    return sim_sources(node, str(tmp_path), path)
+
+
+def default_input(**facts: Any) -> CheckInput:
+    """A CheckInput with the built-in thresholds and actions and the given facts."""
+    cfg = Config.from_document({}, None)
+    facts.setdefault("node", "n1")
+    return CheckInput(thresholds=cfg.section("thresholds"), actions=cfg.section("actions"), **facts)

@@ -1,0 +1,72 @@
+"""Counter growth over a window, and the per-node history kept for it in the state dir."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from healthcheck.history import CounterHistory, append_sample, growth
+
+
+def test_first_sighting_has_no_growth():
+    assert growth([], 10, now=100.0, window_s=60) is None
+
+
+def test_growth_inside_the_window_uses_the_oldest_sample_in_it():
+    series = [[0.0, 0.0], [50.0, 10.0], [90.0, 20.0]]
+    assert growth(series, 30, now=100.0, window_s=60) == (20.0, 50.0)   # baseline: the sample at t=50
+
+
+def test_growth_measured_over_more_than_the_window_is_pro_rated():
+    delta, span = growth([[0.0, 0.0]], 100, now=400.0, window_s=100)
+    assert (delta, span) == (25.0, 400.0)
+
+
+def test_a_counter_that_went_down_was_reset():
+    assert growth([[0.0, 500.0]], 7, now=10.0, window_s=100) == (7.0, 10.0)
+
+
+def test_flat_runs_keep_their_two_ends_and_resets_start_over():
+    series = []
+    for t in range(10):
+        series = append_sample(series, float(t), 0.0, window_s=1000)
+    assert series == [[0.0, 0.0], [9.0, 0.0]]
+    series = append_sample(series, 10.0, 5.0, window_s=1000)
+    series = append_sample(series, 11.0, 1.0, window_s=1000)
+    assert series == [[11.0, 1.0]]
+
+
+def test_old_samples_go_except_the_newest_before_the_window():
+    series = [[0.0, 1.0], [10.0, 2.0], [20.0, 3.0]]
+    series = append_sample(series, 100.0, 4.0, window_s=50)
+    assert series == [[20.0, 3.0], [100.0, 4.0]]
+
+
+def test_history_round_trip_mode_and_pruning(tmp_path):
+    store = CounterHistory(str(tmp_path), "gpu1")
+    store.record({"a": (1, 60.0), "b": (5, 60.0)}, now=0.0)
+    store.record({"a": (3, 60.0)}, now=100.0)         # b unseen for longer than any window: dropped
+    assert store.load() == {"a": [[0.0, 1.0], [100.0, 3.0]]}
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o640
+    assert json.load(open(store.path))["version"] == 1
+
+
+def test_history_refuses_a_symlink_and_odd_node_names(tmp_path):
+    store = CounterHistory(str(tmp_path), "gpu1")
+    os.makedirs(store.dir)
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"series": {"x": [[0, 1]]}}')
+    os.symlink(target, store.path)
+    with pytest.raises(OSError):
+        store.load()
+    with pytest.raises(ValueError):
+        CounterHistory(str(tmp_path), "../etc")
+
+
+def test_a_corrupt_history_file_is_a_new_baseline(tmp_path):
+    store = CounterHistory(str(tmp_path), "gpu1")
+    os.makedirs(store.dir)
+    open(store.path, "w").write("{not json")
+    assert store.load() == {}

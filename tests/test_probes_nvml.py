@@ -1,0 +1,117 @@
+"""The NVML probe on the simulator: the same code that reads pynvml on a real node."""
+from __future__ import annotations
+
+import types
+
+import pynvml
+import pytest
+
+from healthcheck.facts import NVML_FEATURES
+from healthcheck.probes.nvml import assemble, gather_gpu, probe_nvml
+from healthcheck.sim.node import SimNode
+
+from .checks_support import sim
+
+
+def probe(tmp_path, profile, **kwargs):
+    sources = sim(tmp_path, profile)
+    kwargs.setdefault("timeout_s", 5.0)
+    return probe_nvml(sources.nvml, **kwargs)
+
+
+def test_healthy_h100_facts(tmp_path):
+    facts = probe(tmp_path, "h100-healthy.toml")
+    assert (facts.status, facts.device_count, facts.driver_version) == ("ok", 8, "550.90.07")
+    first = facts.gpus[0]
+    assert (first.index, first.name, first.pci_bus_id) == (0, "NVIDIA H100 80GB HBM3", "00000000:18:00.0")
+    assert first.uuid.startswith("GPU-") and first.state == "ok"
+    assert len(first.nvlink_states) == 18 and set(first.nvlink_states.values()) == {1}
+    assert first.fabric_state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED and first.fabric_status == 0
+    assert first.ecc_mode == [1, 1] and first.ecc["volatile_uncorrected"] == 0
+    assert first.remapped_rows == {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0}
+    assert first.retired_pages_pending is None and "retired_pages" in first.unsupported
+    assert first.power_limit_w == 700.0 and first.temperature_slowdown_c == 87
+    assert first.pcie == {"gen": 5, "gen_max": 5, "width": 16, "width_max": 16}
+    assert first.processes == [] and first.errors == {}
+    assert set(first.nvlink_errors[0]) == {"replay", "recovery", "crc_flit", "crc_data", "ecc_data"}
+
+
+def test_pcie_l40s_has_no_nvlink_and_no_fabric(tmp_path):
+    facts = probe(tmp_path, "pcie-l40s-healthy.toml")
+    assert facts.device_count == 4
+    for gpu in facts.gpus:
+        assert gpu.nvlink_states is None and gpu.fabric_state is None
+        assert {"nvlink", "fabric"} <= set(gpu.unsupported)
+
+
+def test_v100_has_retired_pages_and_no_row_remapper(tmp_path):
+    gpu = probe(tmp_path, "v100-healthy.toml").gpus[0]
+    assert gpu.retired_pages_pending is False and gpu.remapped_rows is None
+    assert len(gpu.nvlink_states) == 6
+
+
+def test_lost_gpu_is_marked_and_the_others_are_read(tmp_path):
+    facts = probe(tmp_path, "h100-xid79-gpu-lost.toml")
+    states = [g.state for g in facts.gpus]
+    assert states == ["ok", "ok", "ok", "lost", "ok", "ok", "ok", "ok"]
+    assert facts.gpus[3].error == "GPU is lost" and facts.gpus[4].temperature_c is not None
+
+
+@pytest.mark.parametrize("mode,status", [("missing", "library_not_found"), ("driver_not_loaded", "driver_not_loaded")])
+def test_nvml_that_cannot_start(tmp_path, mode, status):
+    sources = sim(tmp_path, "h100-healthy.toml")
+    SimNode(str(tmp_path), "n1").inject([("node.nvml", mode)])
+    facts = probe_nvml(sources.nvml, 5.0)
+    assert facts.status == status and facts.gpus == []
+
+
+def test_only_the_wanted_features_and_gpus_are_read(tmp_path):
+    facts = probe(tmp_path, "h100-healthy.toml", features={"ecc"}, gpus=[1, 6])
+    assert [g.index for g in facts.gpus] == [1, 6] and facts.device_count == 8
+    assert facts.gpus[0].ecc and facts.gpus[0].temperature_c is None and facts.gpus[0].nvlink_states is None
+
+
+def test_absent_gpu_is_not_enumerated(tmp_path):
+    facts = probe(tmp_path, "h100-gpu-missing.toml")
+    assert facts.device_count == 7 and "00000000:BA:00.0" not in [g.pci_bus_id for g in facts.gpus]
+
+
+def test_bus_id_as_bytes_is_decoded():
+    """Older bindings hand back ctypes char arrays as bytes."""
+    info = types.SimpleNamespace(busId=b"00000000:3B:00.0")
+    fake = types.SimpleNamespace(
+        nvmlDeviceGetHandleByIndex=lambda i: object(),
+        nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-80GB",
+        nvmlDeviceGetUUID=lambda h: b"GPU-1",
+        nvmlDeviceGetPciInfo=lambda h: info,
+    )
+    gpu = gather_gpu(fake, 0, frozenset())
+    assert (gpu.pci_bus_id, gpu.name, gpu.uuid) == ("00000000:3B:00.0", "NVIDIA A100-SXM4-80GB", "GPU-1")
+
+
+def test_unexpected_nvml_errors_are_kept_per_feature():
+    def unknown(*args):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
+    fake = types.SimpleNamespace(
+        nvmlDeviceGetHandleByIndex=lambda i: object(), nvmlDeviceGetName=lambda h: "x",
+        nvmlDeviceGetUUID=lambda h: "GPU-1", nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId="0:1:0.0"),
+        nvmlDeviceGetPowerUsage=unknown, nvmlDeviceGetEnforcedPowerLimit=lambda h: 400000,
+    )
+    gpu = gather_gpu(fake, 0, frozenset({"power"}))
+    assert gpu.state == "ok" and gpu.power_limit_w == 400.0 and gpu.power_w is None
+    assert gpu.errors == {"power": "Unknown Error"}
+
+
+def test_assemble_marks_gpus_that_never_reported_as_hung():
+    records = [("node", {"status": "ok", "device_count": 3, "probed": [0, 1, 2]}),
+               ("identity", {"index": 2, "uuid": "GPU-2", "pci_bus_id": "00000000:3A:00.0", "name": "x"})]
+    facts = assemble(records, timed_out=True, error=None, timeout_s=5.0)
+    assert [(g.index, g.state, g.pci_bus_id) for g in facts.gpus] == [
+        (0, "hang", None), (1, "hang", None), (2, "hang", "00000000:3A:00.0")]
+    assert assemble([], timed_out=True, error=None, timeout_s=5.0).status == "timeout"
+
+
+def test_all_features_are_known_to_the_probe():
+    assert set(NVML_FEATURES) == {"ecc", "remap", "retired_pages", "thermal", "power", "clocks", "pcie",
+                                  "nvlink", "nvlink_errors", "fabric", "processes"}
