@@ -261,10 +261,10 @@ def _cross_checks(doc: Dict[str, Any]) -> List[Problem]:
 
 def _check_id_problems(doc: Dict[str, Any]) -> List[Problem]:
     """Unknown check ids in [actions] and [tiers], unknown names in [thresholds]."""
-    from .checks import CHECKS, EXTERNAL_PREFIXES, FINDING_IDS
+    from .checks import CHECKS, FINDING_IDS
 
     def known(check_id: str, ids) -> bool:
-        return check_id in ids or check_id.startswith(EXTERNAL_PREFIXES)
+        return check_id in ids
 
     problems: List[Problem] = []
     for check_id in doc.get("actions", {}):

@@ -123,3 +123,13 @@ class DcgmFacts:
     results: List[DcgmTestResult] = field(default_factory=list)
     exit_code: Optional[int] = None
     timeout_s: Optional[float] = None
+
+
+@dataclass
+class KernelLogFacts:
+    """Kernel-log events for this run (``healthcheck.kernellog.events.XidEvent``)."""
+    status: str = "ok"                           # ok | error
+    source: str = ""
+    events: List[Any] = field(default_factory=list)
+    message: str = ""                            # why it could not be read
+    rescan: Optional[str] = None                 # why the cursor was not used (a bounded rescan)

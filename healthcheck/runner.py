@@ -81,16 +81,23 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
 
         ib = ib_facts(ib_child)
 
+    kernel = None
+    if "kernel" in wanted:
+        from .probes.kernel_log import probe_kernel_log
+
+        kernel = probe_kernel_log(sources.kernel_log, sources.state_dir, node, tier, config,
+                                  gpus=nvml.gpus if nvml is not None and nvml.status == "ok" else (), now=now)
+
     extra: List[Finding] = []
     samplers = [CHECKS[cid].sampler() for cid in check_ids if CHECKS[cid].samples]
     history_store, history = None, {}
     if samplers:
-        history_store, history, problem = _load_history(config, node)
+        history_store, history, problem = _load_history(config, sources.state_dir, node)
         if problem:
             extra.append(problem)
 
     inp = CheckInput(node=node, expected=config.expected_hardware(node), thresholds=config.section("thresholds"),
-                     actions=config.section("actions"), nvml=nvml, ib=ib, dcgm=dcgm, history=history,
+                     actions=config.section("actions"), nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=history,
                      now=now, gpus=job_gpus, tier=tier)
     from .checks.probe_health import probe_findings
 
@@ -119,16 +126,16 @@ def _run_dcgm(config: Config, tier: str, gpus: Optional[frozenset]) -> DcgmFacts
     return probe_dcgm(section["dcgmi"], level, float(section["timeout_s"]), gpus)
 
 
-def _load_history(config: Config, node: str):
+def _load_history(config: Config, state_dir: str, node: str):
     from .history import CounterHistory
 
     try:
-        store = CounterHistory(config.state_dir, node)
+        store = CounterHistory(state_dir, node)
         return store, store.load(), None
     except (OSError, ValueError) as exc:
         return None, {}, Finding(check="probe.error", status="error", action=config.action("probe.error"),
                                  message=f"counter history unusable, growth not judged: {_os_text(exc)}",
-                                 evidence={"state_dir": config.state_dir})
+                                 evidence={"state_dir": state_dir})
 
 
 def _save_history(store, samplers, inp: CheckInput) -> Optional[Finding]:

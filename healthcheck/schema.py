@@ -6,6 +6,7 @@ first, so an admin fixes a file in one pass.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -104,11 +105,14 @@ def defaults(schema: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:
-    """Deep merge of tables; lists and scalars in ``override`` replace those in ``base``."""
-    out = dict(base)
+    """Deep merge of tables; lists and scalars in ``override`` replace those in ``base``.
+
+    The result shares no mutable value with either input: merging one defaults table into
+    eight GPUs must give eight independent GPUs."""
+    out = copy.deepcopy(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value)
         else:
-            out[key] = value
+            out[key] = copy.deepcopy(value)
     return out

@@ -18,6 +18,7 @@ class NodeSources:
     nvml: ModuleType          # pynvml, or healthcheck.sim.nvml bound to this node
     sysfs_root: str
     kernel_log: str           # "auto" | "kmsg" | "journal" | a file path
+    state_dir: str            # where this node's state lives (cursors, counter history)
     simulated: bool = False
 
 
@@ -29,7 +30,7 @@ def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeS
     sim.ensure()
     sim_nvml._bind(sim.live_path)
     return NodeSources(node=node, nvml=sim_nvml, sysfs_root=sim.sysfs_root,
-                       kernel_log=sim.kernel_log_path, simulated=True)
+                       kernel_log=sim.kernel_log_path, state_dir=state_dir, simulated=True)
 
 
 def node_sources(config: Config, node: str) -> NodeSources:
@@ -42,4 +43,4 @@ def node_sources(config: Config, node: str) -> NodeSources:
     if kernel_log not in ("auto", "kmsg", "journal"):
         kernel_log = config.resolve(kernel_log)
     return NodeSources(node=node, nvml=pynvml, sysfs_root=config.resolve(paths["sysfs_root"]),
-                       kernel_log=kernel_log)
+                       kernel_log=kernel_log, state_dir=config.state_dir)

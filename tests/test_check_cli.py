@@ -58,7 +58,9 @@ def test_exit_status_follows_the_worst_finding(config_file, profile, code, statu
 
 def test_finding_subjects_in_json(config_file):
     lost = json.loads(check(config_file, "h100-xid79-gpu-lost.toml", "--json").stdout)["findings"]
-    assert [(f["check"], f["gpu"], f["action"]) for f in lost] == [("gpu.lost", 3, "drain")]
+    # NVML cannot read a lost GPU's bus id; the kernel's Xid 79 line names it.
+    assert [(f["check"], f["gpu"], f["action"]) for f in lost] == [("gpu.lost", 3, "drain"), ("kernel.xid", None, "drain")]
+    assert lost[1]["pci_bus_id"] == "0000:5d:00" and lost[1]["evidence"]["code"] == 79
     port = json.loads(check(config_file, "h100-ib-rate-degraded.toml", "--json").stdout)["findings"]
     assert [(f["check"], f["hca"], f["port"], f["gpu"]) for f in port] == [("ib.port", "mlx5_5", 1, None)]
     assert port[0]["evidence"]["rate"] == "200 Gb/sec (4X HDR)"

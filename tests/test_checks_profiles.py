@@ -22,8 +22,7 @@ GROWTH_CHECKS = {cid for cid, spec in CHECKS.items() if spec.samples}
 
 
 def expected_ids(profile):
-    # kernel.* findings come from the kernel-log checks (healthcheck/kernellog), wired in separately.
-    return sorted(x for x in profile["expect"]["findings"] if not x.startswith("kernel."))
+    return sorted(profile["expect"]["findings"])
 
 
 def run_profile(tmp_path, path, tier="health", hardware=True, **kwargs):
@@ -54,13 +53,13 @@ def test_healthy_profiles_are_quiet_without_any_expectation(tmp_path, name):
     assert report.findings == [] and report.status == "ok" and report.exit_code == 0
 
 
-@pytest.mark.parametrize("name,check", [("h100-ecc-dbe.toml", "gpu.ecc.uncorrectable"),
-                                        ("h100-xid79-gpu-lost.toml", "gpu.lost"),
-                                        ("h100-nvlink-down.toml", "nvlink.down"),
-                                        ("h100-fabric-manager-down.toml", "nvlink.fabric")])
-def test_health_facts_are_judged_without_expectation(tmp_path, name, check):
+@pytest.mark.parametrize("name,checks", [("h100-ecc-dbe.toml", {"gpu.ecc.uncorrectable", "kernel.xid"}),
+                                         ("h100-xid79-gpu-lost.toml", {"gpu.lost", "kernel.xid"}),
+                                         ("h100-nvlink-down.toml", {"nvlink.down"}),
+                                         ("h100-fabric-manager-down.toml", {"nvlink.fabric"})])
+def test_health_facts_are_judged_without_expectation(tmp_path, name, checks):
     _, report = run_profile(tmp_path, os.path.join(SIM_PROFILES, name), hardware=False)
-    assert {f.check for f in report.findings} == {check}
+    assert {f.check for f in report.findings} == checks
 
 
 def test_ib_port_faults_name_the_one_bad_port(tmp_path):
@@ -140,4 +139,20 @@ def test_a_broken_check_is_reported_and_the_rest_still_run(tmp_path, monkeypatch
 
     monkeypatch.setattr(gpu_count, "gpu_count", broken)
     _, report = run_profile(tmp_path, os.path.join(SIM_PROFILES, "h100-xid79-gpu-lost.toml"))
-    assert sorted((f.check, f.action) for f in report.findings) == [("check.error", "none"), ("gpu.lost", "drain")]
+    assert sorted((f.check, f.action) for f in report.findings) == [("check.error", "none"), ("gpu.lost", "drain"),
+                                                                     ("kernel.xid", "drain")]
+
+
+def test_kernel_events_are_judged_once_per_consumer(tmp_path):
+    """The health check judges only new Xid lines; another tier keeps its own cursor."""
+    state = tmp_path / "state"
+    path = os.path.join(SIM_PROFILES, "h100-healthy.toml")
+    cfg = make_config(hardware=hardware_for("H100"), tiers={"health": ["kernel.xid"], "deep": ["kernel.xid"]})
+    assert run_checks(cfg, "n1", "health", sources=sim(state, path)).findings == []
+    SimNode(str(state), "n1").inject([], ["[ 9000.000001] NVRM: Xid (PCI:0000:9a:00): 79, pid=77, name=python, "
+                                          "GPU has fallen off the bus."])
+    [first] = run_checks(cfg, "n1", "health", sources=sim(state, path)).findings
+    assert (first.check, first.gpu, first.evidence["code"]) == ("kernel.xid", 4, 79)
+    assert run_checks(cfg, "n1", "health", sources=sim(state, path)).findings == []
+    [deep] = run_checks(cfg, "n1", "deep", sources=sim(state, path)).findings
+    assert deep.evidence["code"] == 79

@@ -185,3 +185,14 @@ def test_profile_with_unknown_key_is_rejected(tmp_path):
     path.write_text('[[gpu]]\nname = "x"\ncolour = "green"\n')
     with pytest.raises(ProfileError, match="gpu\\[0\\].colour: unknown key"):
         load_profile(str(path))
+
+
+def test_a_fault_on_one_gpu_stays_on_that_gpu(tmp_path):
+    """GPUs completed from one defaults table must not share nested tables."""
+    profile = load_profile(os.path.join(SIM_PROFILES, "h100-ecc-dbe.toml"))
+    counts = [gpu["ecc"]["volatile_uncorrected"] for gpu in profile["gpu"]]
+    assert counts == [0, 0, 0, 1, 0, 0, 0, 0]
+    node = SimNode(str(tmp_path), "gpu1", os.path.join(SIM_PROFILES, "h100-healthy.toml"))
+    node.ensure()
+    updated = node.inject([("gpu.2.remapped_rows.pending", True)])
+    assert [gpu["remapped_rows"]["pending"] for gpu in updated["gpu"]] == [False, False, True] + [False] * 5

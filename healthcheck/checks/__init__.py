@@ -15,7 +15,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 class CheckSpec:
     id: str
     target: str                    # "module:function" under healthcheck.checks
-    needs: Tuple[str, ...]         # "nvml:<feature>" (see facts.NVML_FEATURES), "nvml", "ib", "dcgm"
+    needs: Tuple[str, ...]         # "nvml:<feature>" (see facts.NVML_FEATURES), "nvml", "ib", "dcgm", "kernel"
     samples: Optional[str] = None  # "module:function" giving the counters it judges growth of
     summary: str = ""
 
@@ -77,6 +77,10 @@ _SPECS = (
               summary="IB port error counters do not grow fast"),
     CheckSpec("roce.gid", "roce_gid:roce_gid", ("ib",),
               summary="the GID index NCCL uses is RoCE v2"),
+    CheckSpec("kernel.xid", "kernel_log:kernel_xid", ("kernel", "nvml"),
+              summary="no Xid or fallen-off-the-bus event that NVIDIA's catalog says needs the node taken out"),
+    CheckSpec("kernel.sxid", "kernel_log:kernel_sxid", ("kernel", "nvml"),
+              summary="no fatal NVSwitch SXid event"),
     CheckSpec("dcgm.diag", "dcgm:dcgm_diag", ("dcgm", "nvml"),
               summary="dcgmi diag passes at the tier's level"),
 )
@@ -92,10 +96,6 @@ PROBE_FINDINGS: Dict[str, str] = {
 }
 
 FINDING_IDS: FrozenSet[str] = frozenset(CHECKS) | frozenset(PROBE_FINDINGS)
-
-# Check ids owned by other parts of the project (the kernel-log / Xid work in
-# healthcheck/kernellog): config may name them; this registry does not run them.
-EXTERNAL_PREFIXES: Tuple[str, ...] = ("kernel.",)
 
 
 def nvml_features(check_ids: List[str]) -> FrozenSet[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
-from ..facts import DcgmFacts, GpuFacts, IbFacts, IbPortFacts, NvmlFacts
+from ..facts import DcgmFacts, GpuFacts, IbFacts, IbPortFacts, KernelLogFacts, NvmlFacts
 from ..findings import Finding
 
 
@@ -18,6 +18,7 @@ class CheckInput:
     nvml: Optional[NvmlFacts] = None
     ib: Optional[IbFacts] = None
     dcgm: Optional[DcgmFacts] = None
+    kernel: Optional[KernelLogFacts] = None
     history: Mapping[str, Sequence[Sequence[float]]] = field(default_factory=dict)
     now: float = 0.0                       # unix time of this run (for counter growth)
     gpus: Optional[FrozenSet[int]] = None  # the job's GPUs (NVML indices); None: all

@@ -37,6 +37,10 @@ def probe_findings(inp: CheckInput) -> List[Finding]:
         elif ib.status == "error":
             findings.append(inp.finding("probe.error", "error", f"InfiniBand probe failed: {ib.message}",
                                         evidence={"error": ib.message}))
+    kernel = inp.kernel
+    if kernel is not None and kernel.status == "error":
+        findings.append(inp.finding("probe.error", "error", f"kernel log unreadable: {kernel.message}",
+                                    evidence={"source": kernel.source}))
     dcgm = inp.dcgm
     if dcgm is not None and dcgm.status == "timeout":
         findings.append(inp.finding("probe.timeout", "error", dcgm.message,

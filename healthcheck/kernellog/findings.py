@@ -18,7 +18,7 @@ repeats on one GPU escalate through ``[xid] escalate`` instead. ``[actions] "ker
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..findings import Finding
 from .catalog import catalog_entries
@@ -39,11 +39,15 @@ def check_id(event: XidEvent) -> str:
     return "kernel.sxid" if event.kind == "sxid" else "kernel.xid"
 
 
-def xid_findings(events: Iterable[XidEvent], gpus: Iterable[Any] = (), config: Any = None) -> List[Finding]:
-    """Findings for events (``KernelLogRead.active`` for the health check, ``events_between``'s
-    result for the epilog). ``gpus``: NVML facts, to name the GPU; ``config``: for ``[actions]``."""
+def xid_findings(events: Iterable[XidEvent], gpus: Iterable[Any] = (), config: Any = None,
+                 actions: Optional[Mapping[str, str]] = None) -> List[Finding]:
+    """Findings for events (``KernelLogRead.events`` for the health check, ``events_between``'s
+    result for the epilog). ``gpus``: NVML facts, to name the GPU; ``[actions]`` from ``actions``,
+    else from ``config``."""
     gpu_map = GpuMap(gpus)
-    configured = (config.section("actions") if config is not None else {}) or {}
+    if actions is None:
+        actions = config.section("actions") if config is not None else {}
+    configured = dict(actions or {})
     merged: Dict[Tuple[Any, ...], List[XidEvent]] = {}
     for event in events:
         if event.action == "ignore":

@@ -1,0 +1,30 @@
+"""kernel.xid and kernel.sxid: Xid, fallen-off-the-bus and NVSwitch SXid events, judged by
+NVIDIA's catalog as mapped in ``healthcheck/data/xid-action-map.tsv`` and ``[xid]``.
+
+Only events new since the last run are judged: a drain stays in Slurm until an admin resumes
+the node, and an event that was already acted on must not drain it again after a GPU reset.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from ..findings import Finding
+from .base import CheckInput
+
+
+def _findings(inp: CheckInput, check: str) -> List[Finding]:
+    if inp.kernel is None or inp.kernel.status != "ok" or not inp.kernel.events:
+        return []
+    from ..kernellog.findings import xid_findings
+
+    gpus = inp.nvml.gpus if inp.nvml_ok() else ()
+    found = [f for f in xid_findings(inp.kernel.events, gpus, actions=inp.actions) if f.check == check]
+    return [f for f in found if f.gpu is None or inp.in_scope(f.gpu)]
+
+
+def kernel_xid(inp: CheckInput) -> List[Finding]:
+    return _findings(inp, "kernel.xid")
+
+
+def kernel_sxid(inp: CheckInput) -> List[Finding]:
+    return _findings(inp, "kernel.sxid")
