@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 STATUSES = ("ok", "warn", "fail", "error")          # worst last
 ACTIONS = ("none", "warn", "drain")                  # strongest last
@@ -28,17 +28,13 @@ class Finding:
         return asdict(self)
 
 
+def _highest(values: Iterable[str], order: Tuple[str, ...]) -> str:
+    return max(values, key=order.index, default=order[0])
+
+
 def worst_status(findings: Iterable[Finding]) -> str:
-    worst = "ok"
-    for finding in findings:
-        if STATUSES.index(finding.status) > STATUSES.index(worst):
-            worst = finding.status
-    return worst
+    return _highest((finding.status for finding in findings), STATUSES)
 
 
 def strongest_action(findings: Iterable[Finding]) -> str:
-    strongest = "none"
-    for finding in findings:
-        if ACTIONS.index(finding.action) > ACTIONS.index(strongest):
-            strongest = finding.action
-    return strongest
+    return _highest((finding.action for finding in findings), ACTIONS)

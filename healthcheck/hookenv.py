@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from .config import Config, ConfigError
 
@@ -21,3 +21,13 @@ def load_config_or_none(env: Mapping[str, str] = os.environ, hook: str = "hook")
     except OSError as exc:
         print(f"slurm-gpu-{hook}: config unreadable, doing nothing: {exc}", file=sys.stderr)
     return None
+
+
+def journal(config: Config, hook: str, node: str, job_id: Optional[str], **detail: Any) -> None:
+    """Record that a hook ran; a journal that cannot be written is said once, never fatal."""
+    from .hookruns import record_run
+
+    try:
+        record_run(config.state_dir, hook, node, job_id, **detail)
+    except OSError as exc:
+        print(f"slurm-gpu-{hook}: cannot write the hook journal: {exc}", file=sys.stderr)

@@ -12,17 +12,12 @@ from typing import Optional, Sequence
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from .config import node_name
-    from .hookenv import load_config_or_none
-    from .hookruns import record_run
+    from .hookenv import journal, load_config_or_none
 
     config = load_config_or_none(os.environ, "healthcheck")
     if config is None:
         return 0
-    node = node_name(None, os.environ)
-    try:
-        record_run(config.state_dir, "healthcheck", node, None, result="not-implemented")
-    except OSError as exc:
-        print(f"slurm-gpu-healthcheck: cannot write the hook journal: {exc}", file=sys.stderr)
+    journal(config, "healthcheck", node_name(None, os.environ), None, result="not-implemented")
     return 0
 
 

@@ -23,19 +23,14 @@ def hook_identity(env=os.environ):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.hookenv import load_config_or_none
-    from healthcheck.hookruns import record_run
+    from healthcheck.hookenv import journal, load_config_or_none
 
     config = load_config_or_none(os.environ, "epilog")
     if config is None:
         return 0
     hook, node = hook_identity(os.environ)
-    try:
-        record_run(config.state_dir, hook, node, os.environ.get("SLURM_JOB_ID"),
-                   context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
-                   exit_code2=os.environ.get("SLURM_JOB_EXIT_CODE2"), result="not-implemented")
-    except OSError as exc:
-        print(f"slurm-gpu-epilog: cannot write the hook journal: {exc}", file=sys.stderr)
+    journal(config, hook, node, os.environ.get("SLURM_JOB_ID"), context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
+            exit_code2=os.environ.get("SLURM_JOB_EXIT_CODE2"), result="not-implemented")
     return 0
 
 

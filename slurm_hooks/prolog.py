@@ -12,18 +12,14 @@ from typing import Optional, Sequence
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from healthcheck.config import node_name
-    from healthcheck.hookenv import load_config_or_none
-    from healthcheck.hookruns import record_run
+    from healthcheck.hookenv import journal, load_config_or_none
 
     config = load_config_or_none(os.environ, "prolog")
     if config is None:
         return 0
-    try:
-        record_run(config.state_dir, "prolog", node_name(None, os.environ),
-                   os.environ.get("SLURM_JOB_ID"), context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
-                   gpus=os.environ.get("SLURM_JOB_GPUS"), result="not-implemented")
-    except OSError as exc:
-        print(f"slurm-gpu-prolog: cannot write the hook journal: {exc}", file=sys.stderr)
+    journal(config, "prolog", node_name(None, os.environ), os.environ.get("SLURM_JOB_ID"),
+            context=os.environ.get("SLURM_SCRIPT_CONTEXT"), gpus=os.environ.get("SLURM_JOB_GPUS"),
+            result="not-implemented")
     return 0
 
 
