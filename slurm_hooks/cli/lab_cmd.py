@@ -1,0 +1,159 @@
+"""``slurm-gpu lab up | down | status | env | scenarios``: a real Slurm cluster on this
+machine with this project's hooks installed; the demo and the ground for the end-to-end
+tests. These command names are a contract: tests outside the project call them."""
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Callable, Optional, Tuple
+
+import click
+
+from .common import fail
+
+EXIT_FAILED = 1
+
+
+def _lab_paths(directory: Optional[str]):
+    from slurm_hooks.lab.paths import LabPaths, lab_dir
+
+    return LabPaths(lab_dir(directory))
+
+
+def _guarded(action: Callable[..., Any]) -> Callable[..., Any]:
+    """Every lab failure becomes one line on stderr and a non-zero exit, never a traceback."""
+    @functools.wraps(action)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from slurm_hooks.lab import LabError
+
+        try:
+            return action(*args, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except LabError as exc:
+            fail(f"lab: {exc}", EXIT_FAILED)
+        except PermissionError as exc:
+            fail(f"lab: permission denied: {exc.filename or exc}", EXIT_FAILED)
+        except OSError as exc:
+            fail(f"lab: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_FAILED)
+        except KeyboardInterrupt:
+            fail("lab: interrupted", 130)
+        except Exception as exc:  # a bug still ends in one line, naming what broke
+            fail(f"lab: unexpected {type(exc).__name__}: {exc}", EXIT_FAILED)
+    return wrapper
+
+
+dir_option = click.option(
+    "--dir", "directory", metavar="DIR", default=None,
+    help="Lab directory (default: $SLURM_GPU_LAB_DIR, else /var/tmp/slurm-gpu-lab).")
+
+
+@click.group()
+def lab() -> None:
+    """A real Slurm cluster (slurmctld, slurmdbd, three slurmd gpu1..gpu3 with 8 fake GPUs
+    each) on this machine, with this project's Prolog, Epilog, EpilogSlurmctld and
+    HealthCheckProgram installed from the working tree. Debian 12, as root."""
+
+
+@lab.command()
+@dir_option
+@_guarded
+def up(directory: Optional[str]) -> None:
+    """Install what is missing, start every daemon, install the hooks (idempotent)."""
+    from slurm_hooks.lab import cluster
+
+    paths = _lab_paths(directory)
+    cluster.up(paths, click.echo)
+    for line in cluster.describe_up(paths):
+        click.echo(line)
+
+
+@lab.command()
+@dir_option
+@_guarded
+def down(directory: Optional[str]) -> None:
+    """Cancel the lab's jobs and stop every lab daemon by PID; logs are kept."""
+    from slurm_hooks.lab import cluster
+
+    cluster.down(_lab_paths(directory), click.echo)
+
+
+@lab.command()
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_guarded
+def status(directory: Optional[str], as_json: bool) -> None:
+    """What runs (daemon, pid) and the node states. Exit 0 when all runs, 3 when nothing
+    does, 1 when only part of it does."""
+    from slurm_hooks.lab import cluster
+
+    paths = _lab_paths(directory)
+    rows, states, detail = cluster.status(paths)
+    running = [name for name, pid in rows if pid]
+    if as_json:
+        click.echo(json.dumps({"dir": paths.root, "daemons": {n: p for n, p in rows},
+                               "nodes": states}, indent=2, sort_keys=True))
+    else:
+        click.echo(f"lab directory: {paths.root}")
+        for name, pid in rows:
+            click.echo(f"  {name:<12} {'running, pid ' + str(pid) if pid else 'stopped'}")
+        for line in detail:
+            click.echo(f"  {line}")
+    if len(running) == len(rows):
+        return
+    raise click.exceptions.Exit(3 if not running else EXIT_FAILED)
+
+
+@lab.command()
+@dir_option
+@_guarded
+def env(directory: Optional[str]) -> None:
+    """Print export lines: eval "$(slurm-gpu lab env)" points sbatch, sinfo, sacct and
+    slurm-gpu sim at the lab."""
+    from slurm_hooks.lab import cluster
+
+    for line in cluster.env_lines(_lab_paths(directory)):
+        click.echo(line)
+
+
+@lab.command()
+@dir_option
+@click.option("--only", "only", multiple=True, metavar="NAME",
+              help="Run only these scenarios (repeatable); see --list.")
+@click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--timeout", "timeout", type=click.FloatRange(min=30), default=600, show_default=True,
+              help="Give up on the whole run after this many seconds.")
+@_guarded
+def scenarios(directory: Optional[str], only: Tuple[str, ...], list_only: bool, as_json: bool,
+              timeout: float) -> None:
+    """Submit jobs that end every way (COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED,
+    requeued, NODE_FAIL, OUT_OF_MEMORY, 3 nodes, GPU/NVLink/IB faults injected mid-job),
+    wait for them and print per job the id, the scenario and what sacct says. Exit 1 when
+    a job did not end as its scenario expects."""
+    from slurm_hooks.lab import scenarios as S
+
+    table = S.load_table()
+    if list_only:
+        for scenario in table:
+            click.echo(f"{scenario.name:<16} {scenario.expect_state:<14} {scenario.title}")
+        return
+    unknown = [name for name in only if name not in {s.name for s in table}]
+    if unknown:
+        fail(f"lab: unknown scenario {', '.join(unknown)} (see: slurm-gpu lab scenarios --list)")
+    chosen = [s for s in table if not only or s.name in only]
+    paths = _lab_paths(directory)
+    results = S.run_scenarios(paths, chosen, echo=(lambda _m: None) if as_json else click.echo,
+                              timeout=timeout)
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in results], indent=2, sort_keys=True))
+    else:
+        click.echo("")
+        for line in S.format_results(results):
+            click.echo(line)
+        click.echo("")
+        click.echo("what an admin would look at next:")
+        for hint in S.ADMIN_HINTS:
+            click.echo("  " + hint.replace("$LAB", paths.root))
+    if not all(r.ok for r in results):
+        raise click.exceptions.Exit(EXIT_FAILED)

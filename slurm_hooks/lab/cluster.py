@@ -1,0 +1,356 @@
+"""``lab up``, ``down``, ``status`` and ``env``: bring the lab cluster up idempotently, take
+it down leaving nothing behind, and say what runs."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import os
+import secrets
+import shlex
+import stat
+import time
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import slurm_hooks
+
+from . import LabError
+from . import daemons as D
+from . import paths as P
+from . import render
+from .install import binary, ensure_packages
+from .paths import LabPaths
+from .runner import run, slurm_env
+
+Say = Callable[[str], None]
+
+NVIDIA_MAJOR = 195
+
+
+# -- the lab directory -------------------------------------------------------------------------
+def _check_safe_dir(path: str) -> None:
+    """Refuse a path that is a link, not ours, or writable by others (it sits in /var/tmp)."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise LabError(f"{path} is not a plain directory; refusing to use it")
+    if info.st_uid != 0 and os.geteuid() == 0:
+        raise LabError(f"{path} is owned by uid {info.st_uid}, not root; refusing to use it")
+    if info.st_mode & 0o022:
+        raise LabError(f"{path} is writable by group or others; refusing to use it")
+
+
+def make_dir(path: str, mode: int = 0o755) -> str:
+    if not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, mode=0o755, exist_ok=True)
+        try:
+            os.mkdir(path, mode)
+        except FileExistsError:
+            pass
+    _check_safe_dir(path)
+    return path
+
+
+def prepare_tree(lab: LabPaths) -> None:
+    make_dir(lab.root)
+    for path in (lab.etc, lab.sim_profiles, lab.hooks, lab.var, lab.log, lab.run, lab.spool,
+                 lab.fakedev, lab.state, lab.jobs):
+        make_dir(path)
+    make_dir(lab.ctld_state, 0o700)
+    for node in P.NODES:
+        make_dir(os.path.join(lab.spool, node))
+        make_dir(lab.fake_gpu_dir(node))
+
+
+def make_fake_gpus(lab: LabPaths) -> None:
+    """nvidia0..7 per node: character devices (major 195) that slurmd accepts as GPU files."""
+    for node in P.NODES:
+        for index in range(P.GPUS_PER_NODE):
+            path = os.path.join(lab.fake_gpu_dir(node), f"nvidia{index}")
+            wanted = os.makedev(NVIDIA_MAJOR, index)
+            if os.path.lexists(path):
+                info = os.lstat(path)
+                if stat.S_ISCHR(info.st_mode) and info.st_rdev == wanted:
+                    continue
+                os.unlink(path)
+            os.mknod(path, 0o600 | stat.S_IFCHR, wanted)
+
+
+def write_if_changed(path: str, text: str, mode: int) -> bool:
+    from healthcheck.fsutil import atomic_write
+
+    if os.path.lexists(path):
+        if os.path.islink(path):
+            os.unlink(path)
+        else:
+            with open(path, encoding="utf-8") as handle:
+                if handle.read() == text:
+                    os.chmod(path, mode)
+                    return False
+    atomic_write(path, text, mode=mode)
+    os.chmod(path, mode)
+    return True
+
+
+def db_password(lab: LabPaths) -> str:
+    path = lab.db_password_file
+    if os.path.exists(path) and not os.path.islink(path):
+        with open(path, encoding="ascii") as handle:
+            value = handle.read().strip()
+        if value.isalnum():
+            return value
+    value = secrets.token_hex(16)
+    write_if_changed(path, value + "\n", 0o600)
+    return value
+
+
+def source_tree() -> str:
+    """The working tree this package runs from (the lab installs its hooks from there)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(slurm_hooks.__file__)))
+
+
+def copy_sim_profiles(lab: LabPaths) -> None:
+    source = os.path.join(source_tree(), "etc", "sim")
+    profiles = sorted(glob.glob(os.path.join(source, "*.toml")))
+    if not any(os.path.basename(p) == "h100-healthy.toml" for p in profiles):
+        raise LabError(f"no simulator profiles in {source} (the lab runs from a source checkout)")
+    for profile in profiles:
+        with open(profile, encoding="utf-8") as handle:
+            write_if_changed(os.path.join(lab.sim_profiles, os.path.basename(profile)), handle.read(), 0o644)
+
+
+def render_all(lab: LabPaths, opts: Optional[render.RenderOptions] = None) -> List[str]:
+    """Write every generated file; return those that changed."""
+    opts = opts or render.RenderOptions.here()
+    try:
+        files = render.all_files(lab, opts, db_password(lab))
+    except ValueError as exc:
+        raise LabError(str(exc)) from None
+    changed = [path for path, (text, mode) in files.items() if write_if_changed(path, text, mode)]
+    if lab.cgroup_conf not in files and os.path.lexists(lab.cgroup_conf):
+        os.unlink(lab.cgroup_conf)
+        changed.append(lab.cgroup_conf)
+    return changed
+
+
+def remove_cgroups(root: str = render.CGROUP_MEMORY) -> None:
+    """rmdir the empty cgroups task/cgroup leaves behind (slurm_gpuN/...), deepest first."""
+    for node in P.NODES:
+        top = os.path.join(root, f"slurm_{node}")
+        if not os.path.isdir(top) or os.path.islink(top):
+            continue
+        for current, _dirs, _files in sorted(os.walk(top), key=lambda row: -row[0].count("/")):
+            try:
+                os.rmdir(current)
+            except OSError:
+                pass  # still in use (or not ours to remove): leave it
+
+
+def check_hooks_config(lab: LabPaths) -> None:
+    from healthcheck.config import Config, ConfigError
+
+    try:
+        Config.load(lab.hooks_config)
+    except ConfigError as exc:
+        raise LabError(f"the lab's hooks config is invalid: {exc.lines()[0]}") from None
+
+
+def reset_sim_nodes(lab: LabPaths) -> None:
+    from healthcheck.config import Config
+    from healthcheck.sim.node import SimNode
+
+    config = Config.load(lab.hooks_config)
+    for node in P.NODES:
+        SimNode(config.state_dir, node, config.sim_profile_path(node)).reset()
+
+
+# -- a logger that prints and keeps a copy ------------------------------------------------------
+def make_say(lab: LabPaths, echo: Callable[[str], None]) -> Say:
+    def say(message: str) -> None:
+        echo(message)
+        try:
+            if os.path.isdir(lab.log):
+                from healthcheck.fsutil import append_line
+
+                append_line(lab.lab_log, time.strftime("%Y-%m-%dT%H:%M:%S ") + message)
+        except OSError:
+            pass
+    return say
+
+
+@contextlib.contextmanager
+def machine_lock(echo: Callable[[str], None], what: str, timeout: float = 600) -> Iterator[None]:
+    """One ``lab up``/``lab down`` at a time on this machine (the ports are machine-wide)."""
+    fd = os.open(P.OPS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told:
+                    echo(f"another `slurm-gpu lab up/down` is running; {what} waits for it")
+                    told = True
+                if time.monotonic() > deadline:
+                    raise LabError(f"another `slurm-gpu lab up/down` held {P.OPS_LOCK} for {timeout:g} s") from None
+                time.sleep(0.5)
+        yield
+    finally:
+        os.close(fd)
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab runs Slurm's daemons and must run as root")
+
+
+# -- up ----------------------------------------------------------------------------------------
+def check_lab_dir(lab: LabPaths) -> None:
+    """Refuse a lab directory Slurm's config files cannot name, or one that is not safe."""
+    try:
+        render.conf_value(lab.root)
+    except ValueError as exc:
+        raise LabError(str(exc)) from None
+    if lab.root == "/" or not os.path.isabs(lab.root):
+        raise LabError(f"{lab.root!r} cannot be the lab directory")
+    if os.path.lexists(lab.root):
+        _check_safe_dir(lab.root)
+
+
+def up(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
+    require_root()
+    check_lab_dir(lab)
+    with machine_lock(echo, "lab up"):
+        return _up(lab, echo)
+
+
+def _up(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
+    began = time.monotonic()
+    installed = ensure_packages(echo)
+    prepare_tree(lab)
+    say = make_say(lab, echo)
+    if installed:
+        say(f"installed {', '.join(installed)}")
+    table = D.daemons(lab)
+    slurm_running = any(d.pid(lab) is not None for d in table if d.name.startswith("slurm"))
+    copy_sim_profiles(lab)
+    changed = render_all(lab)
+    check_hooks_config(lab)
+    make_fake_gpus(lab)
+
+    # A changed slurm.conf needs slurmctld and every slurmd restarted (facts: gotcha 10).
+    if {lab.slurm_conf, lab.gres_conf} & set(changed):
+        stopped = D.stop(lab, [d for d in table if d.name.startswith("slurmd ")], say)
+        stopped += D.stop(lab, [d for d in table if d.name == "slurmctld"], say)
+        if stopped:
+            say(f"configuration changed: restarting {', '.join(stopped)}")
+    if lab.slurmdbd_conf in changed:
+        stopped = D.stop(lab, [d for d in table if d.name == "slurmdbd"], say)
+        if stopped:
+            say("slurmdbd.conf changed: restarting slurmdbd")
+    if not slurm_running:
+        reset_sim_nodes(lab)  # a cold start is a reboot: the simulated nodes come back healthy
+
+    started = []
+    for daemon in table:
+        if D.start(lab, daemon, say):
+            started.append(daemon.name)
+        if daemon.name == "mariadbd":
+            D.setup_database(lab, db_password(lab))
+    if started:
+        say("wait for every node to register")
+    D.wait_for("nodes gpu1..gpu3", lambda: all(D.node_responding(D.node_states(lab).get(n, ""))
+                                                for n in P.NODES), 30, log_hint=lab.log)
+    elapsed = time.monotonic() - began
+    say(f"lab up in {elapsed:.1f} s ({'started ' + ', '.join(started) if started else 'everything already ran'})")
+    return {"started": started, "seconds": elapsed, "installed": installed}
+
+
+def describe_up(lab: LabPaths) -> List[str]:
+    lines = [f"lab directory: {lab.root}", "logs:"]
+    lines += [f"  {what:<18} {path}" for what, path in lab.log_files()]
+    lines += ["use it from a shell:", '  eval "$(slurm-gpu lab env' +
+              ("" if lab.root == P.DEFAULT_LAB_DIR else f" --dir {shlex.quote(lab.root)}") + ')"',
+              "  sinfo; sbatch --gres=gpu:1 --wrap 'sleep 5'; sacct",
+              "  slurm-gpu lab scenarios      # every way a job can end, with faults injected"]
+    return lines
+
+
+# -- down --------------------------------------------------------------------------------------
+def cancel_all_jobs(lab: LabPaths, say: Say) -> None:
+    env = slurm_env(lab)
+    result = run([binary("squeue"), "-h", "-o", "%A"], env=env, check=False, timeout=10)
+    ids = [line.strip() for line in result.stdout.splitlines() if line.strip().isdigit()]
+    if not ids:
+        return
+    run([binary("scancel"), *ids], env=env, check=False, timeout=20)
+    say(f"cancelled {len(ids)} job(s)")
+
+    def settled() -> bool:
+        out = run([binary("squeue"), "-h", "-t", "R,CG,CF,S", "-o", "%A"], env=env, check=False, timeout=10)
+        return out.returncode != 0 or not out.stdout.strip()
+    try:
+        D.wait_for("job cancellation", settled, 15)
+    except LabError:
+        say("jobs still completing; their processes are stopped below")
+
+
+def down(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
+    require_root()
+    with machine_lock(echo, "lab down"):
+        return _down(lab, echo)
+
+
+def _down(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
+    began = time.monotonic()
+    say = make_say(lab, echo)
+    if not os.path.isdir(lab.root) and not D.leftovers(lab):
+        say(f"no lab at {lab.root}: nothing to stop")
+        return {"stopped": [], "seconds": 0.0}
+    table = D.daemons(lab)
+    ctld = D.by_name(lab, "slurmctld")
+    if ctld.pid(lab) is not None:
+        cancel_all_jobs(lab, say)
+    stopped: List[str] = []
+    # Reverse start order; the three slurmd together.
+    stopped += D.stop(lab, [d for d in table if d.name.startswith("slurmd ")], say)
+    for name in ("slurmctld", "slurmdbd", "mariadbd", "munged"):
+        stopped += D.stop(lab, [D.by_name(lab, name)], say)
+    rest = D.leftovers(lab)
+    if rest:
+        say(f"stopping {len(rest)} leftover lab process(es): {', '.join(sorted(set(rest.values())))}")
+        D.signal_and_wait(rest, 5, say)
+    remaining = D.leftovers(lab)
+    remove_cgroups()
+    if remaining:
+        raise LabError("still running after lab down: " +
+                       ", ".join(f"{name} (pid {pid})" for pid, name in sorted(remaining.items())))
+    elapsed = time.monotonic() - began
+    say(f"lab down in {elapsed:.1f} s: " + (f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
+        + f"; logs kept in {lab.log}")
+    return {"stopped": stopped, "seconds": elapsed}
+
+
+# -- status ------------------------------------------------------------------------------------
+def status(lab: LabPaths) -> Tuple[List[Tuple[str, Optional[int]]], Dict[str, str], List[str]]:
+    """(daemon, pid or None) rows, node states, node lines with reasons."""
+    rows = [(d.name, d.pid(lab)) for d in D.daemons(lab)]
+    states: Dict[str, str] = {}
+    detail: List[str] = []
+    if dict(rows).get("slurmctld"):
+        try:
+            states = D.node_states(lab)
+            result = run([binary("sinfo"), "-N", "-o", "%N|%T|%G|%E"], env=slurm_env(lab), timeout=10)
+            detail = list(dict.fromkeys(result.stdout.splitlines()))  # one line per node, not per partition
+        except LabError as exc:
+            detail = [f"sinfo: {exc}"]
+    return rows, states, detail
+
+
+def env_lines(lab: LabPaths) -> List[str]:
+    return [f"export SLURM_CONF={shlex.quote(lab.slurm_conf)}",
+            f"export SLURM_GPU_HOOKS_CONFIG={shlex.quote(lab.hooks_config)}",
+            f"export {P.LAB_DIR_ENV}={shlex.quote(lab.root)}"]

@@ -1,0 +1,193 @@
+"""The lab's configuration text: slurm.conf, gres.conf, slurmdbd.conf, the hook wrappers
+and the lab's slurm-gpu-hooks config. Pure functions of the layout; no side effects.
+
+The text itself lives in ``slurm_hooks/data/lab-*.tmpl`` (``string.Template``, ``$name``).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from string import Template
+from typing import Dict, List, Optional, Sequence
+
+import hostlist
+
+from . import paths as P
+from .paths import LabPaths
+
+DEFAULT_PROFILE = "sim/h100-healthy.toml"
+IB_PORTS = tuple(f"mlx5_{index}:1" for index in range(8))
+REASON_PREFIX = "gpu-hooks:"
+HEALTH_CHECK_INTERVAL = 10
+
+# name of the wrapper in $LAB/hooks -> (what Slurm calls it, console script, module)
+HOOKS: Dict[str, Sequence[str]] = {
+    "prolog": ("Prolog", "slurm-gpu-prolog", "slurm_hooks.prolog"),
+    "epilog": ("Epilog", "slurm-gpu-epilog", "slurm_hooks.epilog"),
+    "epilog-slurmctld": ("EpilogSlurmctld", "slurm-gpu-epilog", "slurm_hooks.epilog"),
+    "healthcheck": ("HealthCheckProgram", "slurm-gpu-healthcheck", "healthcheck.program"),
+}
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    host: str
+    bin_dir: str            # where the console scripts are (next to the Python running us)
+    python: str             # that Python, for the fallback ``python -I -m module``
+    nodes: Sequence[str] = P.NODES
+    health_interval: int = HEALTH_CHECK_INTERVAL
+    # Memory cgroups (cgroup v1, memory only) make OUT_OF_MEMORY possible; see cgroup_v1_memory().
+    cgroup: bool = False
+    select_params: str = "CR_Core_Memory"
+    def_mem_per_cpu: int = P.REAL_MEMORY_MB // P.CPUS_PER_NODE // 2
+
+    @classmethod
+    def here(cls) -> "RenderOptions":
+        return cls(host=short_hostname(), bin_dir=os.path.dirname(os.path.abspath(sys.executable)),
+                   python=os.path.abspath(sys.executable), cgroup=cgroup_v1_memory() is None)
+
+
+CGROUP_MEMORY = "/sys/fs/cgroup/memory"
+
+
+def cgroup_v1_memory(root: str = CGROUP_MEMORY) -> Optional[str]:
+    """None when Slurm's cgroup/v1 plugin can constrain memory here; else why not.
+
+    Slurm 22.05's cgroup/v2 plugin wants systemd to delegate it a subtree, which the lab
+    (no systemd) cannot offer, so only a writable v1 memory hierarchy will do.
+    """
+    if not os.path.isfile(os.path.join(root, "memory.limit_in_bytes")):
+        return f"no cgroup v1 memory controller at {root}"
+    probe = os.path.join(root, f"slurm-gpu-lab-probe-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+    except OSError as exc:
+        return f"cannot create a memory cgroup under {root} ({exc.strerror})"
+    try:
+        if not os.path.isfile(os.path.join(probe, "memory.oom_control")):
+            return f"{root} has no memory.oom_control (no OOM event count)"
+    finally:
+        try:
+            os.rmdir(probe)
+        except OSError:
+            pass
+    return None
+
+
+def short_hostname() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def _template(name: str) -> Template:
+    text = resources.files("slurm_hooks").joinpath(f"data/{name}").read_text("utf-8")
+    return Template(text)
+
+
+def conf_value(value: str) -> str:
+    """A path for a Slurm config file: Slurm has no quoting for these, so refuse oddities."""
+    if not value or any(ch.isspace() or ch in "#=\"'" for ch in value):
+        raise ValueError(f"{value!r} cannot be written into a Slurm config file "
+                         "(no spaces, quotes, '#' or '=' allowed in the lab directory)")
+    return value
+
+
+def toml_string(value: str) -> str:
+    import tomli_w
+
+    return tomli_w.dumps({"v": value}).split("=", 1)[1].strip()
+
+
+def nodelist(nodes: Sequence[str]) -> str:
+    return hostlist.collect_hostlist(list(nodes))
+
+
+def slurm_conf(lab: LabPaths, opts: RenderOptions) -> str:
+    root = conf_value(lab.root)
+    lines = []
+    for node in opts.nodes:
+        lines.append(
+            f"NodeName={node} NodeHostname={conf_value(opts.host)} NodeAddr=127.0.0.1 "
+            f"Port={P.slurmd_port(node)} CPUs={P.CPUS_PER_NODE} Sockets=1 "
+            f"CoresPerSocket={P.CPUS_PER_NODE} ThreadsPerCore=1 RealMemory={P.REAL_MEMORY_MB} "
+            f"Gres=gpu:{P.GPUS_PER_NODE} State=UNKNOWN")
+    return _template("lab-slurm.conf.tmpl").substitute(
+        cluster=P.CLUSTER_NAME, host=opts.host, lab=root,
+        munge_socket=conf_value(lab.munge_socket), ctld_port=P.SLURMCTLD_PORT,
+        dbd_port=P.SLURMDBD_PORT, task_plugin="task/cgroup" if opts.cgroup else "task/none",
+        select_params=opts.select_params,
+        def_mem_per_cpu=opts.def_mem_per_cpu,
+        prolog=conf_value(lab.hook("prolog")), epilog=conf_value(lab.hook("epilog")),
+        epilog_slurmctld=conf_value(lab.hook("epilog-slurmctld")),
+        healthcheck=conf_value(lab.hook("healthcheck")),
+        health_interval=opts.health_interval, node_lines="\n".join(lines),
+        nodelist=nodelist(opts.nodes))
+
+
+def gres_conf(lab: LabPaths, opts: RenderOptions) -> str:
+    lines = ["# Generated by `slurm-gpu lab up`: 8 fake GPUs per node, character devices "
+             "(major 195) in $LAB/fakedev/<node>."]
+    last = P.GPUS_PER_NODE - 1
+    for node in opts.nodes:
+        device_dir = conf_value(lab.fake_gpu_dir(node))
+        lines.append(f"NodeName={node} Name=gpu File={device_dir}/nvidia[0-{last}]")
+    return "\n".join(lines) + "\n"
+
+
+def slurmdbd_conf(lab: LabPaths, db_password: str) -> str:
+    if not db_password.isalnum():
+        raise ValueError("the lab's database password must be alphanumeric")
+    return _template("lab-slurmdbd.conf.tmpl").substitute(
+        lab=conf_value(lab.root), munge_socket=conf_value(lab.munge_socket),
+        dbd_port=P.SLURMDBD_PORT, db_port=P.MARIADB_PORT, db_user=P.DB_USER,
+        db_password=db_password, db_name=P.DB_NAME)
+
+
+def hook_command(hook: str, opts: RenderOptions) -> List[str]:
+    """How a wrapper runs a hook: the console script by absolute path, else the module."""
+    _what, script, module = HOOKS[hook]
+    path = os.path.join(opts.bin_dir, script)
+    if os.path.isfile(path) and os.access(path, os.X_OK):
+        return [path]
+    return [opts.python, "-I", "-m", module]
+
+
+def hook_wrapper(lab: LabPaths, hook: str, opts: RenderOptions) -> str:
+    what = HOOKS[hook][0]
+    return _template("lab-hook-wrapper.sh.tmpl").substitute(
+        what=what, slurm_conf=shlex.quote(lab.slurm_conf),
+        hooks_config=shlex.quote(lab.hooks_config),
+        command=" ".join(shlex.quote(part) for part in hook_command(hook, opts)))
+
+
+def hooks_config(lab: LabPaths, opts: RenderOptions, profiles: Optional[Dict[str, str]] = None) -> str:
+    chosen = {node: DEFAULT_PROFILE for node in opts.nodes}
+    chosen.update(profiles or {})
+    sim_nodes = ", ".join(f"{node} = {toml_string(path)}" for node, path in chosen.items())
+    return _template("lab-hooks.toml.tmpl").substitute(
+        state_dir=toml_string(lab.state), default_profile=toml_string(DEFAULT_PROFILE),
+        sim_nodes=sim_nodes, node_match=toml_string(nodelist(opts.nodes)),
+        gpus=P.GPUS_PER_NODE, ib_ports=", ".join(toml_string(port) for port in IB_PORTS),
+        reason_prefix=toml_string(REASON_PREFIX))
+
+
+def cgroup_conf() -> str:
+    return _template("lab-cgroup.conf.tmpl").template
+
+
+def all_files(lab: LabPaths, opts: RenderOptions, db_password: str) -> Dict[str, tuple]:
+    """path -> (text, mode) of every generated file."""
+    files: Dict[str, tuple] = {
+        lab.slurm_conf: (slurm_conf(lab, opts), 0o644),
+        lab.gres_conf: (gres_conf(lab, opts), 0o644),
+        lab.slurmdbd_conf: (slurmdbd_conf(lab, db_password), 0o600),
+        lab.hooks_config: (hooks_config(lab, opts), 0o644),
+    }
+    if opts.cgroup:
+        files[lab.cgroup_conf] = (cgroup_conf(), 0o644)
+    for hook in HOOKS:
+        files[lab.hook(hook)] = (hook_wrapper(lab, hook, opts), 0o755)
+    return files

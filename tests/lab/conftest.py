@@ -1,0 +1,118 @@
+"""The lab's end-to-end tests: they bring the real cluster up with ``slurm-gpu lab up`` and
+FAIL (never skip) when it cannot start. The scenarios run once per session and every test
+reads their results. ``test_lab_down.py`` runs last and leaves the lab down."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Dict, List
+
+import pytest
+
+from slurm_hooks.lab.paths import TESTS_LOCK, LabPaths, lab_dir
+from slurm_hooks.lab.runner import slurm_gpu_argv
+
+UP_TIMEOUT = 900        # includes apt-get install on a fresh machine
+LOCK_WAIT = 1200        # another test session may hold the lab this long
+SCENARIOS_TIMEOUT = 600
+
+
+def slurm_gpu(*args: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*slurm_gpu_argv(), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, stdin=subprocess.DEVNULL)
+
+
+def tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Lab:
+    paths: LabPaths
+    env: Dict[str, str]          # os.environ + what `slurm-gpu lab env` exports
+    started_at: float
+
+    def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self.env,
+                              stdin=subprocess.DEVNULL)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """`lab down` must be the last lab test (it stops what the others use)."""
+    last = [item for item in items if "test_lab_down" in item.nodeid]
+    rest = [item for item in items if "test_lab_down" not in item.nodeid]
+    items[:] = rest + last
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """Run ``slurm-gpu ARGS...``: cli("lab", "status") -> CompletedProcess."""
+    return slurm_gpu
+
+
+@pytest.fixture(scope="session")
+def lab_session_lock():
+    """One test session at a time uses the lab: a second one (another checkout, another
+    terminal) waits here instead of cancelling the first one's jobs or taking it down."""
+    path = TESTS_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                pytest.fail(f"another test session held the lab ({path}) for {LOCK_WAIT} s", pytrace=False)
+            time.sleep(1)
+    yield path
+    os.close(fd)
+
+
+@pytest.fixture(scope="session")
+def lab(lab_session_lock) -> Lab:
+    started_at = time.time()
+    paths = LabPaths(lab_dir())
+    try:
+        result = slurm_gpu("lab", "up", timeout=UP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`slurm-gpu lab up` did not finish within {UP_TIMEOUT} s", pytrace=False)
+    if result.returncode != 0:
+        log = ""
+        if os.path.isfile(paths.lab_log):
+            with open(paths.lab_log, encoding="utf-8", errors="replace") as handle:
+                log = tail(handle.read(), 20)
+        pytest.fail(f"the lab cannot start (`slurm-gpu lab up` rc {result.returncode}):\n"
+                    f"{tail(result.stdout)}\n{tail(result.stderr)}\n--- {paths.lab_log}:\n{log}", pytrace=False)
+    exported = slurm_gpu("lab", "env")
+    env = dict(os.environ)
+    for line in exported.stdout.splitlines():
+        assert line.startswith("export "), line
+        key, _, value = line[len("export "):].partition("=")
+        env[key] = value.strip("'")
+    return Lab(paths, env, started_at)
+
+
+@pytest.fixture(scope="session")
+def scenario_run(lab: Lab) -> Dict[str, object]:
+    """`slurm-gpu lab scenarios --json`, once: {"results": [...], "by_name": {...}, "seconds": s}."""
+    began = time.monotonic()
+    try:
+        result = slurm_gpu("lab", "scenarios", "--json", timeout=SCENARIOS_TIMEOUT + 60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("`slurm-gpu lab scenarios` did not finish", pytrace=False)
+    seconds = time.monotonic() - began
+    try:
+        results = json.loads(result.stdout)
+    except ValueError:
+        pytest.fail(f"`slurm-gpu lab scenarios --json` rc {result.returncode} printed no JSON:\n"
+                    f"{tail(result.stdout)}\n{tail(result.stderr)}", pytrace=False)
+    by_name: Dict[str, List[dict]] = {}
+    for row in results:
+        by_name.setdefault(row["scenario"], []).append(row)
+    return {"results": results, "by_name": by_name, "seconds": seconds, "rc": result.returncode}

@@ -1,0 +1,171 @@
+"""The lab's generated configuration, without starting anything."""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+
+import pytest
+
+from healthcheck.config import Config
+from slurm_hooks.lab import paths as P
+from slurm_hooks.lab import render
+from slurm_hooks.lab.paths import LabPaths
+
+LAB = LabPaths("/var/tmp/lab-under-test")
+
+
+def options(**overrides) -> render.RenderOptions:
+    values = dict(host="vm", bin_dir="/opt/venv/bin", python="/opt/venv/bin/python3", cgroup=False)
+    values.update(overrides)
+    return render.RenderOptions(**values)
+
+
+def conf_lines(text: str):
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def conf_dict(text: str):
+    out = {}
+    for line in conf_lines(text):
+        key, _, value = line.partition("=")
+        out.setdefault(key, value)
+    return out
+
+
+def test_slurm_conf_installs_every_hook_and_the_lab_settings():
+    conf = conf_dict(render.slurm_conf(LAB, options()))
+    assert conf["Prolog"] == LAB.hook("prolog")
+    assert conf["Epilog"] == LAB.hook("epilog")
+    assert conf["EpilogSlurmctld"] == LAB.hook("epilog-slurmctld")
+    assert conf["HealthCheckProgram"] == LAB.hook("healthcheck")
+    assert conf["PrologFlags"] == "Alloc"
+    assert int(conf["HealthCheckInterval"]) <= 15
+    assert conf["SlurmctldHost"] == "vm(127.0.0.1)"
+    assert conf["AccountingStorageType"] == "accounting_storage/slurmdbd"
+    assert conf["AccountingStorageTRES"] == "gres/gpu"
+    for key, value in {"ReturnToService": "1", "JobRequeue": "0", "KillWait": "2", "OverTimeLimit": "0",
+                       "SlurmdTimeout": "10", "SlurmdParameters": "config_overrides", "MinJobAge": "600",
+                       "PreemptType": "preempt/partition_prio", "GresTypes": "gpu"}.items():
+        assert conf[key] == value, key
+    # the lab's own munged, for the cluster and for slurmdbd connections alike
+    assert conf["AuthInfo"] == f"socket={LAB.munge_socket}"
+    assert conf["AccountingStoragePass"] == LAB.munge_socket
+    # every state, log and pid path stays inside the lab directory
+    for key in ("StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile",
+                "SlurmctldLogFile", "SlurmdLogFile"):
+        assert conf[key].startswith(LAB.root + "/"), key
+
+
+def test_three_nodes_with_eight_gpus_and_distinct_ports():
+    text = render.slurm_conf(LAB, options())
+    nodes = [line for line in conf_lines(text) if line.startswith("NodeName=")]
+    assert [re.search(r"NodeName=(\S+)", n).group(1) for n in nodes] == ["gpu1", "gpu2", "gpu3"]
+    ports = [re.search(r"Port=(\d+)", n).group(1) for n in nodes]
+    assert len(set(ports)) == 3
+    assert all("Gres=gpu:8" in n and "CPUs=8" in n for n in nodes)
+    gres = conf_lines(render.gres_conf(LAB, options()))
+    assert gres == [f"NodeName={n} Name=gpu File={LAB.fake_gpu_dir(n)}/nvidia[0-7]" for n in P.NODES]
+
+
+def test_two_partitions_with_different_priority_tiers():
+    parts = [line for line in conf_lines(render.slurm_conf(LAB, options())) if line.startswith("PartitionName=")]
+    tiers = {re.search(r"PartitionName=(\S+)", p).group(1): int(re.search(r"PriorityTier=(\d+)", p).group(1))
+             for p in parts}
+    assert set(tiers) == {"low", "high"} and tiers["high"] > tiers["low"]
+    assert all("Nodes=gpu[1-3]" in p for p in parts)
+
+
+def test_memory_cgroups_only_when_asked():
+    plain = conf_dict(render.slurm_conf(LAB, options(cgroup=False)))
+    assert plain["TaskPlugin"] == "task/none"
+    assert LAB.cgroup_conf not in render.all_files(LAB, options(cgroup=False), "pw1")
+    with_cgroup = conf_dict(render.slurm_conf(LAB, options(cgroup=True)))
+    assert with_cgroup["TaskPlugin"] == "task/cgroup"
+    cgroup = conf_dict(render.all_files(LAB, options(cgroup=True), "pw1")[LAB.cgroup_conf][0])
+    assert cgroup["ConstrainRAMSpace"] == "yes"
+    assert cgroup["ConstrainDevices"] == "no"  # the hooks must see absolute GPU indices
+
+
+def test_slurmdbd_conf_is_private_and_uses_the_lab_database():
+    files = render.all_files(LAB, options(), "abc123")
+    text, mode = files[LAB.slurmdbd_conf]
+    assert mode == 0o600
+    conf = conf_dict(text)
+    assert conf["StoragePort"] == str(P.MARIADB_PORT)
+    assert conf["StoragePass"] == "abc123"
+    assert conf["PidFile"].startswith(LAB.root)
+    with pytest.raises(ValueError):
+        render.slurmdbd_conf(LAB, "bad'pass")
+
+
+def test_lab_dir_with_spaces_is_refused():
+    with pytest.raises(ValueError):
+        render.slurm_conf(LabPaths("/tmp/with space"), options())
+
+
+def test_hooks_config_is_valid_and_binds_each_node_to_a_profile():
+    text = render.hooks_config(LAB, options())
+    from healthcheck import tomlio
+
+    doc = tomlio.loads(text)
+    config = Config.from_document(doc, os.path.join(LAB.etc, "slurm-gpu-hooks.toml"))
+    assert config.backend == "sim"
+    assert config.state_dir == LAB.state
+    for node in P.NODES:
+        assert config.sim_profile_path(node) == os.path.join(LAB.sim_profiles, "h100-healthy.toml")
+        expected = config.expected_hardware(node)
+        assert expected["gpus"] == 8 and expected["gpu_model"] == "H100"
+        assert expected["nvlinks_per_gpu"] == 18 and expected["nvswitch_fabric"] is True
+        assert expected["ib_ports"] == [f"mlx5_{i}:1" for i in range(8)]
+        assert expected["ib_rate_gbps"] == 400
+    assert config.section("drain")["reason_prefix"] == "gpu-hooks:"
+
+
+def test_shipped_profile_exists_for_the_lab():
+    from slurm_hooks.lab.cluster import source_tree
+
+    assert os.path.isfile(os.path.join(source_tree(), "etc", "sim", "h100-healthy.toml"))
+
+
+def test_wrappers_set_config_paths_and_never_path(tmp_path):
+    """Slurm runs HealthCheckProgram with SLURMD_NODENAME and nothing else."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    for script in ("slurm-gpu-prolog", "slurm-gpu-epilog", "slurm-gpu-healthcheck"):
+        target = fake_bin / script
+        target.write_text("#!/bin/sh\necho \"$0\"; echo \"SLURM_CONF=$SLURM_CONF\"; "
+                          "echo \"CONFIG=$SLURM_GPU_HOOKS_CONFIG\"; echo \"PATH=${PATH-unset}\"\n")
+        target.chmod(0o755)
+    lab = LabPaths(str(tmp_path / "lab"))
+    opts = options(bin_dir=str(fake_bin))
+    for hook in render.HOOKS:
+        text = render.hook_wrapper(lab, hook, opts)
+        assert "PATH=" not in text
+        wrapper = tmp_path / hook
+        wrapper.write_text(text)
+        wrapper.chmod(0o755)
+        out = subprocess.run(["/usr/bin/env", "-i", "SLURMD_NODENAME=gpu1", str(wrapper)],
+                             capture_output=True, text=True, timeout=10).stdout.splitlines()
+        assert out[0] == str(fake_bin / render.HOOKS[hook][1])
+        assert out[1] == f"SLURM_CONF={lab.slurm_conf}"
+        assert out[2] == f"CONFIG={lab.hooks_config}"
+
+
+def test_wrapper_falls_back_to_the_module_without_console_scripts(tmp_path):
+    opts = options(bin_dir=str(tmp_path), python="/usr/bin/python3")
+    assert render.hook_command("healthcheck", opts) == ["/usr/bin/python3", "-I", "-m", "healthcheck.program"]
+    assert render.hook_command("epilog-slurmctld", opts)[-1] == "slurm_hooks.epilog"
+
+
+def test_all_files_modes():
+    files = render.all_files(LAB, options(), "pw")
+    for hook in render.HOOKS:
+        assert files[LAB.hook(hook)][1] == 0o755
+    assert files[LAB.slurm_conf][1] == 0o644
+    assert not any(mode & stat.S_IWOTH for _text, mode in files.values())
+
+
+def test_cgroup_probe_reports_why_not(tmp_path):
+    assert "no cgroup v1 memory controller" in render.cgroup_v1_memory(str(tmp_path))

@@ -1,0 +1,144 @@
+"""The scenario table, the runner's parsing and the job payload, without a cluster."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from slurm_hooks.lab import LabError
+from slurm_hooks.lab import scenarios as S
+from slurm_hooks.lab.slurmcli import FINAL_STATES, is_final, parse_oneliner
+
+REQUIRED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
+def test_shipped_table_covers_every_ending():
+    table = S.load_table()
+    states = {s.expect_state for s in table}
+    assert REQUIRED <= states
+    assert all(any(s.expect_state.startswith(f) for f in FINAL_STATES) for s in table)
+    assert table[0].name == "timeout"  # the slowest one starts first
+    assert any(s.expect.get("requeued") for s in table)
+    assert any(len(s.nodes) == 3 for s in table)
+    faults = [s for s in table if s.kind == "fault"]
+    injected = " ".join(" ".join(s.inject) for s in faults)
+    assert "state=lost" in injected and "ecc.volatile_uncorrected" in injected
+    assert "nvlink.down" in injected and "ib.mlx5_" in injected
+    assert any(": 79," in line for s in faults for line in s.log)
+    assert any(": 48," in line for s in faults for line in s.log)
+
+
+def test_table_errors_are_one_line(tmp_path):
+    bad = tmp_path / "t.toml"
+    bad.write_text('[[scenario]]\nname = "x"\ntitle = "t"\nkind = "bogus"\nnodes = ["gpu1"]\n'
+                   'payload = ["sleep", "1"]\nexpect = { state = "COMPLETED" }\n')
+    with pytest.raises(LabError) as err:
+        S.load_table(str(bad))
+    assert "kind" in str(err.value) and "\n" not in str(err.value)
+    bad.write_text('[[scenario]]\nname = "x"\ntitle = "t"\nkind = "fault"\nnodes = ["gpu1"]\n'
+                   'payload = ["train"]\nexpect = { state = "FAILED" }\n')
+    with pytest.raises(LabError, match="injects nothing"):
+        S.load_table(str(bad))
+
+
+def test_state_prefix_match():
+    assert S.state_matches("CANCELLED by 0", "CANCELLED")
+    assert S.state_matches("COMPLETED", "COMPLETED")
+    assert not S.state_matches("CANCELLED by 0", "COMPLETED")
+    assert not S.state_matches("FAILED", "FAIL")
+    assert is_final("CANCELLED by 0") and not is_final("RUNNING") and not is_final("PENDING")
+
+
+def test_parse_scontrol_oneliner():
+    line = ("JobId=5 JobName=lab-x UserId=root(0) JobState=PENDING Reason=BeginTime Dependency=(null) "
+            "Requeue=1 Restarts=1 Comment=two words here ExitCode=0:0")
+    info = parse_oneliner(line)
+    assert info["JobState"] == "PENDING" and info["Restarts"] == "1"
+    assert info["Comment"] == "two words here" and info["ExitCode"] == "0:0"
+
+
+def test_format_results_shows_every_job():
+    ok = S.JobResult("completed", "job", "COMPLETED", job_id="7", state="COMPLETED", exit_code="0:0",
+                     hooks=["prolog@gpu1"])
+    bad = S.JobResult("failed", "job", "FAILED", job_id="8", state="COMPLETED", problems=["wrong"])
+    skipped = S.JobResult("out-of-memory", "job", "OUT_OF_MEMORY", produced=False, note="not produced: why")
+    text = "\n".join(S.format_results([ok, bad, skipped]))
+    assert "completed" in text and "hooks ran: prolog@gpu1" in text
+    assert "FAILED" in text and "! wrong" in text
+    assert "NOT PRODUCED" in text and "not produced: why" in text
+    assert ok.as_dict()["ok"] is True and bad.as_dict()["ok"] is False
+
+
+# -- the payload on a simulated node ------------------------------------------------------------
+def _sim_config(tmp_path):
+    from slurm_hooks.lab.cluster import source_tree
+
+    profile = os.path.join(source_tree(), "etc", "sim", "h100-healthy.toml")
+    path = tmp_path / "config.toml"
+    path.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[gpu]\nbackend = "sim"\n'
+                    f'[sim]\nprofile = "{profile}"\n')
+    return str(path)
+
+
+def _start_train(config_path, gpus="3"):
+    env = dict(os.environ, SLURMD_NODENAME="gpu1", SLURM_JOB_GPUS=gpus)
+    proc = subprocess.Popen([sys.executable, "-m", "slurm_hooks.lab.payload", "train", "--seconds", "30",
+                             "--config", config_path], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("lab-payload: ready"), line + proc.stderr.read()
+    assert "gpus=" + gpus in line
+    return proc
+
+
+@pytest.mark.parametrize("assignment, message", [
+    (("gpu.3.state", "lost"), "unspecified launch failure"),
+    (("gpu.3.ecc.volatile_uncorrected", 1), "uncorrectable ECC error"),
+    (("gpu.3.nvlink.down", [4, 5]), "NVLink [4, 5]"),
+    (("ib.mlx5_3:1.state", "1: DOWN"), "NET/IB"),
+])
+def test_train_payload_dies_like_cuda_when_its_hardware_breaks(tmp_path, assignment, message):
+    from healthcheck.config import Config
+    from healthcheck.sim.node import SimNode
+
+    config_path = _sim_config(tmp_path)
+    proc = _start_train(config_path)
+    config = Config.load(config_path)
+    SimNode(config.state_dir, "gpu1", config.sim_profile_path("gpu1")).inject([assignment])
+    try:
+        rc = proc.wait(timeout=20)
+    finally:
+        proc.kill()
+    assert rc == 1
+    assert message in proc.stderr.read()
+
+
+def test_train_payload_ignores_other_gpus(tmp_path):
+    from healthcheck.config import Config
+    from healthcheck.sim.node import SimNode
+
+    config_path = _sim_config(tmp_path)
+    proc = _start_train(config_path, gpus="3")
+    config = Config.load(config_path)
+    SimNode(config.state_dir, "gpu1", config.sim_profile_path("gpu1")).inject([("gpu.5.state", "lost")])
+    time.sleep(2)
+    assert proc.poll() is None
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def test_sleep_payload_is_short_after_a_requeue():
+    env = dict(os.environ, SLURM_RESTART_COUNT="1")
+    began = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "slurm_hooks.lab.payload", "sleep", "60",
+                             "--restarted-seconds", "0.2"], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and time.monotonic() - began < 20
+
+
+def test_exit_payload_exits_with_its_code():
+    result = subprocess.run([sys.executable, "-m", "slurm_hooks.lab.payload", "exit", "3"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 3
