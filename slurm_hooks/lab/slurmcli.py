@@ -2,9 +2,10 @@
 against the lab's slurm.conf. Parsing is kept to what 22.05.8 prints (see the lab facts)."""
 from __future__ import annotations
 
-import re
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
+from ..slurm import CliBackend, SlurmError
+from ..slurm.cli_backend import parse_scontrol_record as parse_oneliner  # noqa: F401 (lab API)
 from . import LabError
 from .install import binary
 from .paths import LabPaths
@@ -15,22 +16,6 @@ FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NOD
 SACCT_FIELDS = ("JobID", "JobName", "Partition", "State", "ExitCode", "DerivedExitCode", "Elapsed",
                 "NodeList", "AdminComment", "Reason")
 
-_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_/:]*=")
-
-
-def parse_oneliner(text: str) -> Dict[str, str]:
-    """``scontrol show ... -o`` output as a dict; values with spaces are glued back together."""
-    out: Dict[str, str] = {}
-    last: Optional[str] = None
-    for token in text.strip().split(" "):
-        if _KEY.match(token):
-            key, _, value = token.partition("=")
-            out[key] = value
-            last = key
-        elif last is not None:
-            out[last] += " " + token
-    return out
-
 
 def is_final(state: str) -> bool:
     return any(state.startswith(final) for final in FINAL_STATES)
@@ -40,6 +25,8 @@ class Slurm:
     def __init__(self, lab: LabPaths):
         self.lab = lab
         self.env = slurm_env(lab)
+        # The product's own backend: the lab exercises it against a real Slurm.
+        self.backend = CliBackend(slurm_conf=lab.slurm_conf, env=self.env, timeout_s=30)
 
     def _run(self, argv: Sequence[str], timeout: float = 20, check: bool = True):
         return run(argv, env=self.env, timeout=timeout, check=check, cwd=self.lab.jobs)
@@ -54,10 +41,11 @@ class Slurm:
 
     def job(self, job_id: str) -> Dict[str, str]:
         """scontrol's view of a job ({} once slurmctld has forgotten it)."""
-        result = self._run([binary("scontrol"), "show", "job", "-o", job_id], check=False)
-        if result.returncode != 0 or not result.stdout.strip():
+        try:
+            info = self.backend.job(job_id)
+        except SlurmError:
             return {}
-        return parse_oneliner(result.stdout.splitlines()[0])
+        return info.fields if info is not None else {}
 
     def cancel(self, *job_ids: str) -> None:
         if job_ids:
@@ -78,16 +66,10 @@ class Slurm:
 
     def sacct(self, job_id: str, duplicates: bool = False) -> List[Dict[str, str]]:
         """Allocation rows (-X) of a job; with ``duplicates`` every incarnation (-D)."""
-        argv = [binary("sacct"), "-X", "-n", "-P", "-j", job_id, "-o", ",".join(SACCT_FIELDS)]
-        if duplicates:
-            argv.insert(1, "-D")
-        result = self._run(argv, timeout=30, check=False)
-        rows = []
-        for line in result.stdout.splitlines():
-            parts = line.split("|")
-            if len(parts) == len(SACCT_FIELDS):
-                rows.append(dict(zip(SACCT_FIELDS, parts)))
-        return rows
+        try:
+            return self.backend.accounting([job_id], list(SACCT_FIELDS), every_incarnation=duplicates)
+        except SlurmError:
+            return []
 
     # -- nodes ---------------------------------------------------------------------------------
     def nodes(self) -> Dict[str, Dict[str, str]]:
@@ -103,7 +85,10 @@ class Slurm:
         return out
 
     def resume(self, node: str) -> None:
-        self._run([binary("scontrol"), "update", f"nodename={node}", "state=resume"])
+        try:
+            self.backend.resume(node)
+        except SlurmError as exc:
+            raise LabError(str(exc)) from None
 
     def ping(self) -> bool:
         result = self._run([binary("scontrol"), "ping"], check=False, timeout=10)

@@ -108,8 +108,12 @@ class CliBackend:
         self.run("sacctmgr", ["-i", "modify", "job", "where", f"jobid={job_id}", "set",
                               f"AdminComment={text}"])
 
-    def accounting(self, job_ids: List[str], fields: List[str]) -> List[Dict[str, str]]:
+    def accounting(self, job_ids: List[str], fields: List[str], every_incarnation: bool = False) -> List[Dict[str, str]]:
+        """One row per job allocation; with ``every_incarnation`` (``-D``) a requeued job's
+        earlier runs too (plain sacct shows only the latest)."""
         args = ["-X", "-n", "-P", f"--delimiter={FIELD_SEPARATOR}", "--format=" + ",".join(fields)]
+        if every_incarnation:
+            args.insert(0, "-D")
         if job_ids:
             args += ["-j", ",".join(str(j) for j in job_ids)]
         out = self.run("sacct", args)
