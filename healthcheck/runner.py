@@ -45,9 +45,11 @@ class Report:
 
 
 def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Optional[Iterable[int]] = None,
-               sources: Optional[NodeSources] = None, now: Optional[float] = None) -> Report:
+               sources: Optional[NodeSources] = None, now: Optional[float] = None,
+               consumer: str = "hook") -> Report:
     """Run ``tier``'s checks for ``node``; ``gpus`` (NVML indices, e.g. SLURM_JOB_GPUS)
-    restricts the GPU checks to those GPUs. Never raises for what it finds on the node; setting
+    restricts the GPU checks to those GPUs. ``consumer`` names who reads the kernel log ("hook",
+    "cli"): each keeps its own cursor. Never raises for what it finds on the node; setting
     up ``sources`` when none are given can raise (ProfileError for a bad simulator profile)."""
     started = time.monotonic()
     now = time.time() if now is None else now
@@ -86,7 +88,8 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
         from .probes.kernel_log import probe_kernel_log
 
         kernel = probe_kernel_log(sources.kernel_log, sources.state_dir, node, tier, config,
-                                  gpus=nvml.gpus if nvml is not None and nvml.status == "ok" else (), now=now)
+                                  gpus=nvml.gpus if nvml is not None and nvml.status == "ok" else (), now=now,
+                                  consumer=consumer)
 
     extra: List[Finding] = []
     samplers = [CHECKS[cid].sampler() for cid in check_ids if CHECKS[cid].samples]

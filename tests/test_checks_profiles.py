@@ -156,3 +156,6 @@ def test_kernel_events_are_judged_once_per_consumer(tmp_path):
     assert run_checks(cfg, "n1", "health", sources=sim(state, path)).findings == []
     [deep] = run_checks(cfg, "n1", "deep", sources=sim(state, path)).findings
     assert deep.evidence["code"] == 79
+    [admin] = run_checks(cfg, "n1", "health", sources=sim(state, path), consumer="cli").findings
+    assert admin.evidence["code"] == 79
+    assert run_checks(cfg, "n1", "health", sources=sim(state, path)).findings == []
