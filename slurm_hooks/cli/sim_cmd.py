@@ -7,6 +7,7 @@ from typing import Optional, Tuple
 import click
 
 from healthcheck import tomlio
+from healthcheck.config import DEFAULT_CONFIG_PATH
 from healthcheck.sim.node import SimNode
 from healthcheck.sim.profile import ProfileError, parse_assignment
 
@@ -17,7 +18,8 @@ def _sim_node(config_path: Optional[str], node: str) -> SimNode:
     cfg = load_config(config_path)
     profile = cfg.sim_profile_path(node)
     if profile is None:
-        fail(f"node {node!r} has no simulator profile ([sim] profile or [sim] nodes.{node} in {cfg.path})")
+        where = cfg.path or f"the config (none given, and {DEFAULT_CONFIG_PATH} does not exist)"
+        fail(f"node {node!r} has no simulator profile ([sim] profile or [sim] nodes.{node} in {where})")
     try:
         return SimNode(cfg.state_dir, node, profile)
     except ValueError as exc:
