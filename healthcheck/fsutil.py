@@ -3,11 +3,21 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
-from typing import Iterator, Union
+import stat
+from typing import Any, Dict, Iterator, Optional, Union
 
 DIR_MODE = 0o750
 FILE_MODE = 0o640
+MAX_STATE_BYTES = 16 * 1024 * 1024
+
+
+def path_component(name: str) -> str:
+    """``name`` (a node, a cursor's reader) made safe to use as one file or directory name."""
+    if not name or "/" in name or "\0" in name or name.startswith(".") or len(name) > 255:
+        raise ValueError(f"{name!r} is not a node name usable as a file name")
+    return name
 
 
 def ensure_dir(path: str, mode: int = DIR_MODE) -> str:
@@ -51,3 +61,32 @@ def locked(path: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def read_state_json(path: str) -> Optional[Dict[str, Any]]:
+    """A JSON object from a state file, or None when absent, a link, not ours, too big or not
+    JSON: a torn or foreign file means starting afresh, never failing the hook."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not _is_ours(info) or info.st_size > MAX_STATE_BYTES:
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        data = json.loads(b"".join(chunks).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return data if isinstance(data, dict) else None
+
+
+def _is_ours(info: os.stat_result) -> bool:
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o002

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .fsutil import FILE_MODE, atomic_write, ensure_dir, locked
+from .fsutil import FILE_MODE, atomic_write, ensure_dir, locked, path_component
 
 Series = List[List[float]]
-_SAFE_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SAMPLES_PER_WINDOW = 16
 
 
@@ -69,13 +67,13 @@ class CounterHistory:
     """One node's counter history in the state dir (mode 0640, never through a symlink)."""
 
     def __init__(self, state_dir: str, node: str):
-        if not _SAFE_NODE.fullmatch(node):
-            raise ValueError(f"{node!r} is not a node name usable as a file name")
+        path_component(node)
         self.dir = os.path.join(state_dir, "counters")
         self.path = os.path.join(self.dir, f"{node}.json")
         self._lock = os.path.join(self.dir, f".{node}.lock")
 
     def load(self) -> Dict[str, Series]:
+        # Unlike the kernel-log cursor, a link here is reported (OSError -> probe.error), not ignored.
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:

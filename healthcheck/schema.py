@@ -7,7 +7,7 @@ first, so an admin fixes a file in one pass.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 Problem = Tuple[str, str, str]
@@ -25,7 +25,6 @@ class Field:
     the values of a free-keyed table; ``check`` returns an error string or None.
     """
     kind: type
-    default: Any = None
     choices: Optional[Sequence[Any]] = None
     minimum: Optional[float] = None
     item: Any = None
@@ -33,7 +32,6 @@ class Field:
     check: Optional[Callable[[Any], Optional[str]]] = None
     required: bool = False
     doc: str = ""
-    extra: Dict[str, Any] = field(default_factory=dict)
 
 
 def type_ok(kind: type, value: Any) -> bool:
@@ -91,17 +89,6 @@ def validate_value(value: Any, spec: Any, dotted: str) -> List[Problem]:
         if message:
             problems.append((dotted, message, spec.doc or allowed_text(spec)))
     return problems
-
-
-def defaults(schema: Dict[str, Any]) -> Dict[str, Any]:
-    """The document a schema describes when nothing is given."""
-    out: Dict[str, Any] = {}
-    for key, spec in schema.items():
-        if isinstance(spec, dict):
-            out[key] = defaults(spec)
-        elif spec.default is not None:
-            out[key] = spec.default
-    return out
 
 
 def merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:

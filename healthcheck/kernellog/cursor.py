@@ -20,23 +20,17 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 from typing import Any, Dict, Iterator, Optional
 
-from ..fsutil import atomic_write, ensure_dir, locked
+from ..fsutil import atomic_write, ensure_dir, locked, path_component
+from ..fsutil import read_state_json as read_json
 
-MAX_STATE_BYTES = 16 * 1024 * 1024
 
-
-def _check_node(node: str) -> str:
-    if not node or "/" in node or "\0" in node or node.startswith(".") or len(node) > 255:
-        raise ValueError(f"{node!r} is not a node name")
-    return node
 
 
 class StateStore:
     def __init__(self, state_dir: str, node: str):
-        self.dir = os.path.join(state_dir, "kernellog", _check_node(node))
+        self.dir = os.path.join(state_dir, "kernellog", path_component(node))
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -63,34 +57,6 @@ class StateStore:
 
     def save_flood(self, state: Dict[str, Any]) -> None:
         atomic_write(os.path.join(self.dir, "flood.json"), json.dumps(state, sort_keys=True))
-
-
-def read_json(path: str) -> Optional[Dict[str, Any]]:
-    """A JSON object from a state file, or None when absent, a link, not ours or not JSON."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not _is_ours(info) or info.st_size > MAX_STATE_BYTES:
-            return None
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        data = json.loads(b"".join(chunks).decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
-    return data if isinstance(data, dict) else None
-
-
-def _is_ours(info: os.stat_result) -> bool:
-    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o002
 
 
 def tail_hash(fd: int, offset: int) -> str:

@@ -15,15 +15,13 @@ import shutil
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .. import tomlio
-from ..fsutil import append_line, atomic_write, ensure_dir, locked
+from ..fsutil import append_line, atomic_write, ensure_dir, locked, path_component
 from . import profile as profiles
 
 
 class SimNode:
     def __init__(self, state_dir: str, node: str, profile_path: Optional[str] = None):
-        if not node or "/" in node or node.startswith("."):
-            raise ValueError(f"{node!r} is not a node name")
-        self.node = node
+        self.node = path_component(node)
         self.profile_path = profile_path
         self.dir = os.path.join(state_dir, "sim", node)
         self.live_path = os.path.join(self.dir, "profile.toml")
