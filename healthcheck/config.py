@@ -185,9 +185,11 @@ def read_document(path: str) -> Dict[str, Any]:
 class Config:
     """The effective configuration: defaults merged with the admin's file, validated."""
 
-    def __init__(self, data: Dict[str, Any], path: Optional[str] = None):
+    def __init__(self, data: Dict[str, Any], path: Optional[str] = None,
+                 document: Optional[Dict[str, Any]] = None):
         self.data = data
         self.path = path
+        self.document = document or {}      # what the admin's file itself says, before defaults
         self.base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
 
     # -- construction -------------------------------------------------------------------
@@ -206,9 +208,13 @@ class Config:
             problems = _cross_checks(doc)
         if problems:
             raise ConfigError(path or "(built-in)", problems)
-        return cls(merge(builtin_defaults(), doc), path)
+        return cls(merge(builtin_defaults(), doc), path, doc)
 
     # -- access ---------------------------------------------------------------------------
+    def sets(self, section: str, key: str) -> bool:
+        """Whether the admin's file gives ``[section] key`` (rather than the built-in default)."""
+        return key in self.document.get(section, {})
+
     def section(self, name: str) -> Dict[str, Any]:
         return self.data.get(name, {})
 

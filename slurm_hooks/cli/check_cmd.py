@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 
 import click
 
-from healthcheck.config import TIERS, Config, ConfigError, node_name, read_document
+from healthcheck.config import TIERS, Config, ConfigError, node_name
 from healthcheck.findings import EXIT_CODES
 
 from .common import config_option
@@ -88,22 +88,13 @@ def _sources(cfg: Config, node: str, sim_profile: Optional[str]) -> Iterator:
     if sim_profile is None:
         yield node_sources(cfg, node)
         return
-    if _config_sets_state_dir(cfg):
+    if cfg.sets("paths", "state_dir"):
         yield sim_sources(node, cfg.state_dir, sim_profile)
         return
     # No state dir of the admin's: a throwaway one, so a look at a profile leaves nothing behind
     # (and counter growth starts from a fresh baseline each time).
     with tempfile.TemporaryDirectory(prefix="slurm-gpu-check-") as state_dir:
         yield sim_sources(node, state_dir, sim_profile)
-
-
-def _config_sets_state_dir(cfg: Config) -> bool:
-    if cfg.path is None:
-        return False
-    try:
-        return "state_dir" in read_document(cfg.path).get("paths", {})
-    except ConfigError:
-        return False
 
 
 def _summary(report) -> str:
