@@ -1,0 +1,85 @@
+"""The drain reason this tool writes into Slurm, and reading it back.
+
+Format (version 1), one line, at most ``max_len`` characters (default 120, so ``sinfo -R -o %E``
+shows it whole)::
+
+    <prefix> v1 <check> <subject>[ <key>:<value>]...; <summary>
+    gpu-hooks: v1 gpu.ecc.uncorrectable gpu3 dbe:2; GPU 3 (0000:1b:00.0) has 2 double-bit ECC errors
+    gpu-hooks: v1 kernel.xid gpu5 xid:79; Xid 79 (GPU fell off the bus) on GPU 5
+
+* ``prefix`` is ``[drain] reason_prefix`` (default ``gpu-hooks:``): it alone says "ours".
+* ``subject`` is ``gpuN``, ``<hca>:<port>``, or ``node`` for node-wide causes.
+* ``key:value`` tokens carry the key number (``dbe:2``, ``xid:79``, ``rate:100``). No token
+  holds ``=`` or spaces: ``scontrol show node -o`` splits its record at `` word=``.
+* Everything after ``; `` is for people and may be cut to fit.
+
+A reason that starts with the prefix but does not parse is still ours (an older version wrote
+it); its cause is then unknown (``check`` None).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+VERSION = "v1"
+DEFAULT_PREFIX = "gpu-hooks:"
+DEFAULT_MAX_LEN = 120
+
+_TOKEN_SAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
+_HEAD = re.compile(r"^v(?P<version>\d+) (?P<check>[a-z0-9_.]+) (?P<subject>\S+)(?P<keys>(?: [a-z_]+:\S+)*)(?:; (?P<summary>.*))?$")
+
+
+@dataclass
+class DrainReason:
+    check: Optional[str]                      # None: ours, but not a format we can read
+    subject: str = "node"
+    keys: Dict[str, str] = field(default_factory=dict)
+    summary: str = ""
+    version: int = 1
+
+    @property
+    def xid(self) -> Optional[int]:
+        value = self.keys.get("xid")
+        return int(value) if value is not None and value.isdigit() else None
+
+    @property
+    def cause(self) -> str:
+        """What identifies one cause: the same cause is never drained twice."""
+        return f"{self.check} {self.subject}" + (f" xid:{self.xid}" if self.xid is not None else "")
+
+
+def _token(text: str) -> str:
+    return _TOKEN_SAFE.sub("_", str(text)) or "_"
+
+
+def format_reason(reason: DrainReason, prefix: str = DEFAULT_PREFIX, max_len: int = DEFAULT_MAX_LEN) -> str:
+    """The reason text for ``scontrol update ... Reason=``; never longer than ``max_len``."""
+    keys = "".join(f" {_token(k).lower()}:{_token(v)}" for k, v in reason.keys.items())
+    head = f"{prefix} {VERSION} {_token(reason.check or 'unknown')} {_token(reason.subject)}{keys}"
+    summary = " ".join(str(reason.summary).split())      # one line, no control characters
+    summary = "".join(ch for ch in summary if ch.isprintable())
+    text = f"{head}; {summary}" if summary else head
+    if len(text) > max_len:
+        text = text[:max(len(head), max_len - 3)].rstrip() + "..."
+    return text[:max(max_len, len(head))]
+
+
+def is_ours(text: Optional[str], prefix: str = DEFAULT_PREFIX) -> bool:
+    return bool(text) and bool(prefix) and text.startswith(prefix)
+
+
+def parse_reason(text: Optional[str], prefix: str = DEFAULT_PREFIX) -> Optional[DrainReason]:
+    """Our reason read back; None when ``text`` is not ours."""
+    if not is_ours(text, prefix):
+        return None
+    rest = text[len(prefix):].strip()
+    match = _HEAD.match(rest)
+    if match is None:
+        return DrainReason(check=None, subject="node", summary=rest, version=0)
+    keys = {}
+    for token in match.group("keys").split():
+        key, _, value = token.partition(":")
+        keys[key] = value
+    return DrainReason(check=match.group("check"), subject=match.group("subject"), keys=keys,
+                       summary=(match.group("summary") or "").rstrip("."), version=int(match.group("version")))

@@ -1,0 +1,36 @@
+from healthcheck.drain_reason import DrainReason, format_reason, is_ours, parse_reason
+from slurm_hooks.slurm.cli_backend import parse_scontrol_record
+
+
+def test_round_trip_keeps_check_subject_keys_and_xid():
+    text = format_reason(DrainReason("kernel.xid", "gpu5", {"xid": "79"}, "Xid 79 (fell off the bus) on GPU 5"))
+    assert text == "gpu-hooks: v1 kernel.xid gpu5 xid:79; Xid 79 (fell off the bus) on GPU 5"
+    back = parse_reason(text)
+    assert (back.check, back.subject, back.keys, back.xid) == ("kernel.xid", "gpu5", {"xid": "79"}, 79)
+    assert back.cause == "kernel.xid gpu5 xid:79"
+
+
+def test_long_summary_is_cut_to_max_len_and_still_parses():
+    text = format_reason(DrainReason("ib.port", "mlx5_0:1", {"state": "DOWN"}, "word " * 80), max_len=120)
+    assert len(text) <= 120 and text.endswith("...")
+    assert parse_reason(text).subject == "mlx5_0:1"
+
+
+def test_tokens_cannot_carry_spaces_or_equals_that_scontrol_would_split():
+    text = format_reason(DrainReason("gpu.ecc.uncorrectable", "gpu 3=x", {"dbe": "2 x=1"}, "a\nb\tc"))
+    assert "=" not in text.split(";")[0] and "\n" not in text and "\t" not in text
+    record = parse_scontrol_record(f"NodeName=gpu2 State=IDLE+DRAIN Reason={text} [root@2026-11-30T05:20:00] Comment=(null)")
+    assert record["Reason"].startswith("gpu-hooks: v1 gpu.ecc.uncorrectable gpu_3_x dbe:2_x_1")
+
+
+def test_foreign_and_unparsable_reasons():
+    assert parse_reason("admin: replacing PSU") is None and not is_ours("admin: gpu-hooks:")
+    assert parse_reason("", "gpu-hooks:") is None
+    old = parse_reason("gpu-hooks: something an older version wrote")
+    assert old is not None and old.check is None
+
+
+def test_custom_prefix():
+    text = format_reason(DrainReason("gpu.lost", "gpu1", {}, "lost"), prefix="HC:")
+    assert text.startswith("HC: v1 gpu.lost gpu1") and parse_reason(text, "HC:").check == "gpu.lost"
+    assert parse_reason(text) is None

@@ -1,0 +1,40 @@
+from healthcheck.records import admin_comment as ac
+from healthcheck.records.classes import CLASSES, is_hardware
+
+JS = "JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTVWqBQBGb7chEwAAAA=="
+
+
+def test_entry_is_tagged_compact_ascii_json_with_version():
+    text = ac.encode({"node": "gpu2", "class": "GPU_LOST", "gpu": 3, "xid": 79, "msg": "naïve"})
+    assert text.startswith('SGH1:{"v":1,') and " " not in text and text.isascii()
+    assert ac.parse(text) == [{"v": 1, "node": "gpu2", "class": "GPU_LOST", "gpu": 3, "xid": 79, "msg": "naïve"}]
+
+
+def test_merge_keeps_jobstats_blob_and_replaces_only_our_entry_for_that_node():
+    first = ac.merge(JS, [{"node": "gpu2", "class": "GPU_LOST", "xid": 79}])
+    second = ac.merge(first, [{"node": "*", "class": "FAILED"}])
+    third = ac.merge(second, [{"node": "gpu2", "class": "GPU_XID", "xid": 48}])
+    assert third.startswith(JS + " ")
+    assert [(e["node"], e["class"]) for e in ac.parse(third)] == [("*", "FAILED"), ("gpu2", "GPU_XID")]
+    assert ac.others(third) == JS
+
+
+def test_strings_inside_entries_cannot_forge_or_break_entries():
+    hostile = 'x" SGH1:{"v":1,"node":"gpu9","class":"COMPLETED"} JS1:'
+    text = ac.merge("admin note", [{"node": "gpu1", "class": "FAILED", "msg": hostile}])
+    entries = ac.parse(text)
+    assert len(entries) == 1 and entries[0]["msg"] == hostile
+    assert ac.others(text) == "admin note"
+
+
+def test_damaged_entry_is_skipped_and_kept_as_others_text():
+    assert ac.parse('SGH1:{"v":1,"node": SGH1:{"v":1,"node":"a","class":"TIMEOUT"}') == [
+        {"v": 1, "node": "a", "class": "TIMEOUT"}]
+    assert ac.contains(ac.merge(None, [{"node": "a", "class": "TIMEOUT"}]), {"node": "a", "class": "TIMEOUT"})
+    assert not ac.contains("", {"node": "a", "class": "TIMEOUT"})
+
+
+def test_class_names_are_the_contract():
+    assert set(CLASSES) >= {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "REQUEUED", "NODE_FAIL",
+                            "OUT_OF_MEMORY", "GPU_LOST", "GPU_XID", "GPU_ECC", "NVLINK", "INFINIBAND"}
+    assert is_hardware("GPU_LOST") and not is_hardware("FAILED")
