@@ -142,3 +142,54 @@ def test_exit_payload_exits_with_its_code():
     result = subprocess.run([sys.executable, "-m", "slurm_hooks.lab.payload", "exit", "3"],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 3
+
+
+_ROW = ('[[scenario]]\nname = "x"\ntitle = "t"\nkind = "simple"\nnodes = ["gpu1"]\n'
+        'payload = ["exit", "3"]\nexpect = {{ state = "FAILED"{extra} }}\n')
+
+
+def test_expected_class_column_is_optional_and_checked_against_the_class_names():
+    assert S.parse_table(_ROW.format(extra=""))[0].expect_class is None
+    row = S.parse_table(_ROW.format(extra=', class = "GPU_LOST"'))[0]
+    assert row.expect_class == "GPU_LOST"
+    with pytest.raises(LabError, match="class"):
+        S.parse_table(_ROW.format(extra=', class = "GPU_GONE"'))
+
+
+def test_report_checks_the_recorded_class_when_the_table_names_one():
+    from healthcheck.records.admin_comment import encode
+
+    scenario = S.parse_table(_ROW.format(extra=', class = "FAILED", drain = false'))[0]
+    comment = "JS1:abc " + encode({"node": "gpu1", "class": "GPU_LOST"}) + " " + encode({"node": "*", "class": "FAILED"})
+    good = S.JobResult("x", "job", "FAILED", job_id="9", state="FAILED", admin_comment=comment)
+    assert good.recorded_class == "FAILED" and good.as_dict()["class"] == "FAILED"
+    assert S.problems_of(scenario, good, "gpu-hooks:") == []
+    node_only = S.JobResult("x", "job", "FAILED", job_id="9", state="FAILED",
+                            admin_comment=encode({"node": "gpu1", "class": "FAILED"}))
+    assert node_only.recorded_class is None
+    assert "recorded class is None, expected 'FAILED'" in S.problems_of(scenario, node_only, "gpu-hooks:")[0]
+    drained = S.JobResult("x", "job", "FAILED", job_id="9", state="FAILED", admin_comment=comment,
+                          drained={"gpu1": "gpu-hooks: v1 xid gpu3 xid:79; lost"})
+    assert S.problems_of(scenario, drained, "gpu-hooks:")[0].startswith("drained unexpectedly")
+    foreign = S.JobResult("x", "job", "FAILED", job_id="9", state="FAILED", admin_comment=comment,
+                          drained={"gpu1": "admin: memory test"})
+    assert S.problems_of(scenario, foreign, "gpu-hooks:") == []
+    without = S.parse_table(_ROW.format(extra=""))[0]
+    assert S.problems_of(without, node_only, "gpu-hooks:") == []
+
+
+def test_report_checks_state_exit_code_and_requeue():
+    scenario = S.parse_table(_ROW.format(extra=', exit_code = "3:0", requeued = true'))[0]
+    result = S.JobResult("x", "job", "FAILED", job_id="9", state="COMPLETED", exit_code="0:0",
+                         history=["COMPLETED"])
+    problems = S.problems_of(scenario, result, "gpu-hooks:")
+    assert len(problems) == 3
+    assert "State is 'COMPLETED'" in problems[0] and "ExitCode" in problems[1] and "preempted" in problems[2]
+    preemptor = S.JobResult("x", "preemptor", "COMPLETED", job_id="10", state="COMPLETED")
+    assert S.problems_of(scenario, preemptor, "gpu-hooks:") == []
+
+
+def test_every_kind_has_a_driver():
+    from slurm_hooks.lab.scenarios.drivers import DRIVERS
+
+    assert set(DRIVERS) == set(S.KINDS)
