@@ -5,19 +5,22 @@ file is merged over them and the result is validated against ``CONFIG_SCHEMA``.
 """
 from __future__ import annotations
 
+import copy
 import fnmatch
+import functools
 import os
 import socket
 from importlib import resources
 from typing import Any, Dict, List, Mapping, Optional
 
 from . import tomlio
+from .findings import ACTIONS, action_for
+from .kernellog.events import XID_ACTIONS
 from .schema import Field, Problem, merge, validate
 
 DEFAULT_CONFIG_PATH = "/etc/slurm-gpu-hooks/config.toml"
 CONFIG_ENV = "SLURM_GPU_HOOKS_CONFIG"
 
-ACTIONS = ("none", "warn", "drain")
 TIERS = ("prolog", "health", "deep")
 
 
@@ -72,8 +75,6 @@ NODE_SCHEMA: Dict[str, Any] = {
 _NUMBER = Field(float, minimum=0)
 _ACTION = Field(str, choices=ACTIONS)
 
-# What this project does about an Xid, weakest first (healthcheck/kernellog orders by it).
-XID_ACTIONS = ("ignore", "job", "reset_gpu", "reboot", "contact_support")
 _XID_KEY_DOC = 'an Xid code such as "13", or "sxid:20034" for an NVSwitch SXid'
 _XID_MAX_ESCALATION_COUNT = 10000
 
@@ -142,10 +143,6 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "conf": Field(str, doc="SLURM_CONF for Slurm commands; empty: Slurm's own default"),
         "timeout_s": Field(float, minimum=1),
     },
-    "logging": {
-        "level": Field(str, choices=("debug", "info", "warning", "error")),
-        "file": Field(str),
-    },
 }
 
 class ConfigError(Exception):
@@ -161,6 +158,13 @@ class ConfigError(Exception):
 
 
 def builtin_defaults() -> Dict[str, Any]:
+    """``healthcheck/data/defaults.toml``, parsed (a fresh copy: callers may change it)."""
+    return copy.deepcopy(_parsed_defaults())
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed_defaults() -> Dict[str, Any]:
+    # Read and parsed once per process: every config load, validation and XidSettings shares it.
     text = resources.files("healthcheck").joinpath("data/defaults.toml").read_text("utf-8")
     return tomlio.loads(text)
 
@@ -203,12 +207,13 @@ class Config:
 
     @classmethod
     def from_document(cls, doc: Dict[str, Any], path: Optional[str]) -> "Config":
+        defaults = builtin_defaults()
         problems = validate(doc, CONFIG_SCHEMA)
         if not problems:
-            problems = _cross_checks(doc)
+            problems = _cross_checks(doc, defaults)
         if problems:
             raise ConfigError(path or "(built-in)", problems)
-        return cls(merge(builtin_defaults(), doc), path, doc)
+        return cls(merge(defaults, doc), path, doc)
 
     # -- access ---------------------------------------------------------------------------
     def sets(self, section: str, key: str) -> bool:
@@ -246,7 +251,7 @@ class Config:
         return self.data["thresholds"][name]
 
     def action(self, check_id: str) -> str:
-        return self.data["actions"].get(check_id, "warn")
+        return action_for(self.data["actions"], check_id)
 
     def tier(self, name: str) -> List[str]:
         return list(self.data["tiers"].get(name, []))
@@ -255,17 +260,17 @@ class Config:
         return tomlio.dumps(self.data)
 
 
-def _cross_checks(doc: Dict[str, Any]) -> List[Problem]:
+def _cross_checks(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem]:
     problems: List[Problem] = []
     tiers = doc.get("tiers", {})
     for name in tiers:
         if name not in TIERS:
             problems.append((f"tiers.{name}", "unknown tier", "one of " + ", ".join(TIERS)))
-    problems.extend(_check_id_problems(doc))
+    problems.extend(_check_id_problems(doc, defaults))
     return problems
 
 
-def _check_id_problems(doc: Dict[str, Any]) -> List[Problem]:
+def _check_id_problems(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem]:
     """Unknown check ids in [actions] and [tiers], unknown names in [thresholds]."""
     from .checks import CHECKS, FINDING_IDS
 
@@ -282,7 +287,7 @@ def _check_id_problems(doc: Dict[str, Any]) -> List[Problem]:
             if not known(check_id, CHECKS):
                 problems.append((f"tiers.{tier}[{index}]", f"unknown check id {check_id!r}",
                                  "one of " + ", ".join(sorted(CHECKS))))
-    names = builtin_defaults().get("thresholds", {})
+    names = defaults.get("thresholds", {})
     for name in doc.get("thresholds", {}):
         if name not in names:
             problems.append((f"thresholds.{name}", "unknown threshold", "one of " + ", ".join(sorted(names))))

@@ -9,9 +9,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-# NVML feature groups a probe can be asked for; checks declare which they need.
-NVML_FEATURES = ("ecc", "remap", "retired_pages", "thermal", "power", "clocks", "pcie",
-                 "nvlink", "nvlink_errors", "fabric", "processes")
+# What a check (CheckSpec.needs "nvml:<group>") or a caller (run_checks extra_reads) can ask
+# the NVML probe to read, beyond every GPU's identity (name, UUID, PCI bus id, minor number).
+NVML_READ_GROUPS = {
+    "ecc": "ECC mode and the volatile/aggregate corrected/uncorrected error counters",
+    "remap": "remapped rows: correctable, uncorrectable, pending, failure",
+    "retired_pages": "whether a retired page waits for a reboot (pre-Ampere)",
+    "thermal": "temperature and its slowdown threshold",
+    "power": "power draw and the enforced power limit",
+    "clocks": "clock event (throttle) reasons",
+    "pcie": "PCIe link generation and width, current and maximum (and clock event reasons)",
+    "nvlink": "each NVLink's state",
+    "nvlink_errors": "each NVLink's state and its data-link error counters",
+    "fabric": "NVSwitch fabric registration state",
+    "processes": "compute processes holding GPU memory",
+}
+
+# The names a GpuFacts lists in ``unsupported`` when NVML answers NotSupported for a read
+# (a simulated GPU's ``not_supported`` takes the same names).
+NVML_UNSUPPORTED_NAMES = ("ecc", "remapped_rows", "retired_pages", "nvlink", "fabric", "power",
+                          "temperature", "clock_event_reasons", "pcie", "processes")
 
 # NVLink data-link error counters, named as in pynvml's NVML_NVLINK_ERROR_DL_* constants.
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 STATUSES = ("ok", "warn", "fail", "error")          # worst last
 ACTIONS = ("none", "warn", "drain")                  # strongest last
+DEFAULT_ACTION = "warn"                              # a finding's action when [actions] names none
 
 # ``slurm-gpu check`` exit status per overall status (a contract).
 EXIT_CODES = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
@@ -26,6 +27,11 @@ class Finding:
 
     def to_json(self) -> Dict[str, Any]:
         return asdict(self)
+
+
+def action_for(actions: Mapping[str, str], check: str) -> str:
+    """What ``[actions]`` asks for when ``check`` finds something."""
+    return actions.get(check, DEFAULT_ACTION)
 
 
 def _highest(values: Iterable[str], order: Tuple[str, ...]) -> str:

@@ -1,106 +1,41 @@
-"""Counter history between runs, for checks that judge growth over a time window.
+"""Counter history between runs: ``<state_dir>/counters/<node>.json``, the state file behind
+the growth checks (the arithmetic is ``healthcheck/growth.py``).
 
-A counter's total says little (an old GPU has old errors); how fast it grows says whether
-the part is failing now. Each node keeps ``<state_dir>/counters/<node>.json``:
-``{"version": 1, "series": {KEY: [[unix_time, value], ...]}}``. A key seen for the first
-time is a baseline and raises nothing.
-
-Series stay small: runs of an unchanged value keep only their two ends (a counter that is 0
-all day is two samples), samples closer than 1/16 of the window are thinned, and samples
-older than the window go, except the newest of them (the baseline when runs are sparse).
+``{"version": 1, "series": {KEY: [[unix_time, value], ...]}}``. Reading and saving are apart:
+the runner loads the series for the checks, and the samples of this run are added only when
+the caller commits, after it has acted on what the checks found.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Tuple
 
-from .fsutil import FILE_MODE, atomic_write, ensure_dir, locked, path_component
-
-Series = List[List[float]]
-_SAMPLES_PER_WINDOW = 16
-
-
-def growth(series: Sequence[Sequence[float]], current: float, now: float,
-           window_s: float) -> Optional[Tuple[float, float]]:
-    """(growth within the window, seconds it was measured over); None on a first sighting.
-
-    The baseline is the oldest sample inside the window. A counter that went down was reset
-    (driver reload, GPU reset, reboot): what it reads now has all accrued since the last
-    sample. When every sample is older than the window (sparse runs), the growth since the
-    newest is pro-rated to the window rather than charged to it whole.
-    """
-    if not series:
-        return None
-    last_t, last_v = series[-1]
-    if current < last_v:
-        return float(current), max(now - last_t, 0.0)
-    start = now - window_s
-    inside = [s for s in series if s[0] >= start]
-    base_t, base_v = inside[0] if inside else series[-1]
-    span = max(now - base_t, 0.0)
-    delta = float(current - base_v)
-    if span > window_s > 0:
-        delta = delta * window_s / span
-    return delta, span
-
-
-def append_sample(series: Series, now: float, value: float, window_s: float) -> Series:
-    """``series`` with (now, value) added and thinned; a drop (a reset) starts a new series."""
-    if series and value < series[-1][1]:
-        series = []
-    if len(series) >= 2 and series[-1][1] == value and series[-2][1] == value:
-        series[-1] = [now, value]
-    else:
-        series.append([now, value])
-        spacing = window_s / _SAMPLES_PER_WINDOW
-        if len(series) >= 3 and series[-2][1] != series[-3][1] and series[-2][0] - series[-3][0] < spacing:
-            del series[-2]
-    start = now - window_s
-    old = [i for i, sample in enumerate(series) if sample[0] < start]
-    if len(old) > 1:
-        del series[:old[-1]]
-    return series
+from .fsutil import FILE_MODE, atomic_write, ensure_dir, locked, path_component, read_state_json
+from .growth import Series, add_samples
 
 
 class CounterHistory:
     """One node's counter history in the state dir (mode 0640, never through a symlink)."""
 
     def __init__(self, state_dir: str, node: str):
-        path_component(node)
         self.dir = os.path.join(state_dir, "counters")
-        self.path = os.path.join(self.dir, f"{node}.json")
+        self.path = os.path.join(self.dir, f"{path_component(node)}.json")
         self._lock = os.path.join(self.dir, f".{node}.lock")
 
     def load(self) -> Dict[str, Series]:
-        # Unlike the kernel-log cursor, a link here is reported (OSError -> probe.error), not ignored.
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return {}
-        with os.fdopen(fd, "r", encoding="utf-8") as handle:
-            try:
-                doc = json.load(handle)
-            except (ValueError, UnicodeDecodeError):
-                return {}     # a torn or foreign file: start a new baseline rather than fail
-        series = doc.get("series") if isinstance(doc, dict) else None
+        """The saved series; none (a new baseline) when the file is absent, torn or not ours."""
+        doc = read_state_json(self.path)
+        series = doc.get("series") if doc is not None else None
         if not isinstance(series, dict):
             return {}
         return {key: [list(map(float, s)) for s in value if isinstance(s, list) and len(s) == 2]
                 for key, value in series.items() if isinstance(value, list)}
 
     def record(self, samples: Mapping[str, Tuple[float, float]], now: float) -> None:
-        """Add ``{key: (value, window_s)}`` at ``now``; keys unseen for a whole window go."""
+        """Add ``{key: (value, window_s)}`` at ``now`` (the commit of one run's samples)."""
         ensure_dir(self.dir)
         with locked(self._lock):
-            series = self.load()
-            windows: Dict[str, float] = {}
-            for key, (value, window_s) in samples.items():
-                series[key] = append_sample(series.get(key, []), now, float(value), window_s)
-                windows[key] = window_s
-            longest = max(windows.values(), default=0.0)
-            for key in list(series):
-                if key not in windows and (not series[key] or series[key][-1][0] < now - longest):
-                    del series[key]
+            series = add_samples(self.load(), samples, now)
             atomic_write(self.path, json.dumps({"version": 1, "series": series}, separators=(",", ":")),
                          mode=FILE_MODE)

@@ -29,5 +29,5 @@ def journal(config: Config, hook: str, node: str, job_id: Optional[str], **detai
 
     try:
         record_run(config.state_dir, hook, node, job_id, **detail)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:     # ValueError: a node name unusable as a file name
         print(f"slurm-gpu-{hook}: cannot write the hook journal: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
-from .fsutil import append_line, ensure_dir, locked
+from .fsutil import append_line, ensure_dir, locked, path_component
 
 JOURNAL_DIR = "hook-runs"
 ROTATED = ".1"
@@ -25,8 +25,8 @@ MAX_BYTES = 1024 * 1024
 
 
 def journal_path(state_dir: str, node: str) -> str:
-    safe = node.replace("/", "_") or "unknown"
-    return os.path.join(state_dir, JOURNAL_DIR, f"{safe}.jsonl")
+    """``<state_dir>/hook-runs/<node>.jsonl``; a node name unusable as a file name is a ValueError."""
+    return os.path.join(state_dir, JOURNAL_DIR, f"{path_component(node)}.jsonl")
 
 
 def _size(path: str) -> int:

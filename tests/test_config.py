@@ -107,8 +107,8 @@ def test_node_name_order():
 
 def test_config_error_lines_have_the_contract_format():
     with pytest.raises(ConfigError) as info:
-        Config.from_document({"logging": {"level": "loud"}}, "f.toml")
-    assert info.value.lines() == ["f.toml: logging.level: 'loud' is not allowed; one of 'debug', 'info', 'warning', 'error'"]
+        Config.from_document({"gpu": {"backend": "loud"}}, "f.toml")
+    assert info.value.lines() == ["f.toml: gpu.backend: 'loud' is not allowed; one of 'nvml', 'sim'"]
 
 
 def test_missing_simulator_profile_is_reported(tmp_path):

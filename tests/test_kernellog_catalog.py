@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from healthcheck.config import CONFIG_SCHEMA, XID_ACTIONS, Config, ConfigError, builtin_defaults
+from healthcheck.config import CONFIG_SCHEMA, Config, ConfigError, builtin_defaults
+from healthcheck.kernellog.events import XID_ACTIONS
 from healthcheck.kernellog.api import XidSettings
 from healthcheck.kernellog.catalog import XidCatalog, action_map, catalog_entries, decode_rows
 from healthcheck.kernellog.parser import parse_line

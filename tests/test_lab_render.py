@@ -155,7 +155,7 @@ def test_wrappers_set_config_paths_and_never_path(tmp_path):
 
 def test_wrapper_falls_back_to_the_module_without_console_scripts(tmp_path):
     opts = options(bin_dir=str(tmp_path), python="/usr/bin/python3")
-    assert render.hook_command("healthcheck", opts) == ["/usr/bin/python3", "-I", "-m", "healthcheck.program"]
+    assert render.hook_command("healthcheck", opts) == ["/usr/bin/python3", "-I", "-m", "healthcheck.healthcheck"]
     assert render.hook_command("epilog-slurmctld", opts)[-1] == "slurm_hooks.epilog"
 
 

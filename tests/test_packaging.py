@@ -35,8 +35,8 @@ def test_hooks_never_import_jinja2(tmp_path, sim_config):
     """The prolog runs before every job on every node: its import path stays lean."""
     probe = ("import sys, runpy\n"
              "from slurm_hooks import prolog, epilog\n"
-             "from healthcheck import program\n"
-             "rc = [prolog.main([]), epilog.main([]), program.main([])]\n"
+             "from healthcheck import healthcheck\n"
+             "rc = [prolog.main([]), epilog.main([]), healthcheck.main([])]\n"
              "assert rc == [0, 0, 0], rc\n"
              "heavy = sorted(m for m in ('jinja2', 'markupsafe') if m in sys.modules)\n"
              "print('heavy:', heavy)\n")
@@ -50,7 +50,7 @@ def test_hooks_never_import_jinja2(tmp_path, sim_config):
 def test_hooks_with_a_broken_config_exit_zero_and_say_why(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[gpu]\nbackend = 'cuda'\n")
-    for command in ("slurm_hooks.prolog", "slurm_hooks.epilog", "healthcheck.program"):
+    for command in ("slurm_hooks.prolog", "slurm_hooks.epilog", "healthcheck.healthcheck"):
         done = subprocess.run([sys.executable, "-m", command], capture_output=True, text=True, timeout=60,
                               env={"SLURM_GPU_HOOKS_CONFIG": str(bad), "PYTHONPATH": ROOT,
                                    "SLURMD_NODENAME": "gpu1"})

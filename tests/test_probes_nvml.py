@@ -6,7 +6,7 @@ import types
 import pynvml
 import pytest
 
-from healthcheck.facts import NVML_FEATURES
+from healthcheck.facts import NVML_READ_GROUPS
 from healthcheck.probes.nvml import assemble, gather_gpu, probe_nvml
 from healthcheck.sim.node import SimNode
 
@@ -113,5 +113,5 @@ def test_assemble_marks_gpus_that_never_reported_as_hung():
 
 
 def test_all_features_are_known_to_the_probe():
-    assert set(NVML_FEATURES) == {"ecc", "remap", "retired_pages", "thermal", "power", "clocks", "pcie",
+    assert set(NVML_READ_GROUPS) == {"ecc", "remap", "retired_pages", "thermal", "power", "clocks", "pcie",
                                   "nvlink", "nvlink_errors", "fabric", "processes"}

@@ -15,7 +15,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 class CheckSpec:
     id: str
     target: str                    # "module:function" under healthcheck.checks
-    needs: Tuple[str, ...]         # "nvml:<feature>" (see facts.NVML_FEATURES), "nvml", "ib", "dcgm", "kernel"
+    needs: Tuple[str, ...]         # "nvml:<group>" (see facts.NVML_READ_GROUPS), "nvml", "ib", "dcgm", "kernel"
     samples: Optional[str] = None  # "module:function" giving the counters it judges growth of
     summary: str = ""
 

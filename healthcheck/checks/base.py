@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
 from ..facts import DcgmFacts, GpuFacts, IbFacts, IbPortFacts, KernelLogFacts, NvmlFacts
-from ..findings import Finding
+from ..findings import Finding, action_for
 
 
 @dataclass
@@ -31,7 +31,7 @@ class CheckInput:
             raise KeyError(f"threshold {name!r} is not configured ([thresholds] in defaults.toml)") from None
 
     def action(self, check: str) -> str:
-        return self.actions.get(check, "warn")
+        return action_for(self.actions, check)
 
     def finding(self, check: str, status: str, message: str, *, gpu: Optional[GpuFacts] = None,
                 gpu_index: Optional[int] = None, port: Optional[IbPortFacts] = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from ..findings import Finding
-from ..history import growth
+from ..growth import growth
 from .base import CheckInput, gpu_key
 
 

@@ -8,7 +8,7 @@ from typing import Dict, List, Tuple
 
 from ..facts import IB_COUNTERS
 from ..findings import Finding
-from ..history import growth
+from ..growth import growth
 from .base import CheckInput
 
 

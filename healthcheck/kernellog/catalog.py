@@ -21,8 +21,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
-from ..config import XID_ACTIONS
-from .events import XidEvent, stronger
+from .events import XID_ACTIONS, XidEvent, stronger
 
 UNKNOWN_BUCKET = "UNKNOWN"
 UNSPECIFIED_BUCKET = "UNSPECIFIED"

@@ -5,10 +5,12 @@ import time as _time
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional
 
-from ..config import XID_ACTIONS
-
 KINDS = ("xid", "sxid", "fallen_off_bus")
 FALLEN_OFF_BUS_CODE = 79
+
+# What this project does about an Xid, weakest first: the catalog's mapping, [xid] actions and
+# [xid] escalate choose among these, and the stronger of two wins.
+XID_ACTIONS = ("ignore", "job", "reset_gpu", "reboot", "contact_support")
 
 _STRENGTH = {action: rank for rank, action in enumerate(XID_ACTIONS)}
 

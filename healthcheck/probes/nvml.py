@@ -14,11 +14,11 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from ..facts import NVLINK_COUNTERS, NVML_FEATURES, GpuFacts, NvmlFacts
+from ..facts import NVLINK_COUNTERS, NVML_READ_GROUPS, GpuFacts, NvmlFacts
 from .deadline import ChildProbe, Emit
 
 
-def probe_nvml(nvml: ModuleType, timeout_s: float, features: Iterable[str] = NVML_FEATURES,
+def probe_nvml(nvml: ModuleType, timeout_s: float, features: Iterable[str] = tuple(NVML_READ_GROUPS),
                gpus: Optional[Iterable[int]] = None) -> NvmlFacts:
     """NVML facts for this node, or what went wrong, within ``timeout_s`` (+ a few ms).
 
@@ -27,7 +27,7 @@ def probe_nvml(nvml: ModuleType, timeout_s: float, features: Iterable[str] = NVM
     return nvml_facts(start_nvml_probe(nvml, timeout_s, features, gpus))
 
 
-def start_nvml_probe(nvml: ModuleType, timeout_s: float, features: Iterable[str] = NVML_FEATURES,
+def start_nvml_probe(nvml: ModuleType, timeout_s: float, features: Iterable[str] = tuple(NVML_READ_GROUPS),
                      gpus: Optional[Iterable[int]] = None) -> ChildProbe:
     """The probe's child, started; ``nvml_facts(child)`` collects it (other probes can run meanwhile)."""
     wanted = frozenset(features)

@@ -5,13 +5,11 @@ import copy
 import os
 import re
 from importlib import resources
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from .. import tomlio
+from ..facts import NVML_UNSUPPORTED_NAMES
 from ..schema import Field, Problem, merge, validate
-
-NVML_FEATURES = ("ecc", "remapped_rows", "retired_pages", "nvlink", "fabric", "power",
-                 "temperature", "clock_event_reasons", "pcie", "processes")
 
 _INT0 = Field(int, minimum=0)
 
@@ -41,7 +39,7 @@ GPU_SCHEMA: Dict[str, Any] = {
     "fabric": {"state": Field(str, choices=("not_supported", "not_started", "in_progress", "completed")),
                "status": Field(int)},
     "processes": Field(list, item={"pid": _INT0, "used_memory_mib": _INT0}),
-    "not_supported": Field(list, item=Field(str, choices=NVML_FEATURES)),
+    "not_supported": Field(list, item=Field(str, choices=NVML_UNSUPPORTED_NAMES)),
 }
 
 IB_SCHEMA: Dict[str, Any] = {
@@ -207,7 +205,3 @@ def parse_assignment(text: str) -> Tuple[str, Any]:
         else:
             raise ValueError(f"{raw!r} is not a TOML value (quote strings: \"1: DOWN\")") from None
     return key.strip(), value
-
-
-def describe(profile: Dict[str, Any]) -> Optional[str]:
-    return profile.get("node", {}).get("description")

@@ -29,7 +29,7 @@ HOOKS: Dict[str, Sequence[str]] = {
     "prolog": ("Prolog", "slurm-gpu-prolog", "slurm_hooks.prolog"),
     "epilog": ("Epilog", "slurm-gpu-epilog", "slurm_hooks.epilog"),
     "epilog-slurmctld": ("EpilogSlurmctld", "slurm-gpu-epilog", "slurm_hooks.epilog"),
-    "healthcheck": ("HealthCheckProgram", "slurm-gpu-healthcheck", "healthcheck.program"),
+    "healthcheck": ("HealthCheckProgram", "slurm-gpu-healthcheck", "healthcheck.healthcheck"),
 }
 
 
