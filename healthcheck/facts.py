@@ -46,6 +46,7 @@ class GpuFacts:
     index: int
     uuid: Optional[str] = None
     pci_bus_id: Optional[str] = None           # NVML's form: 00000000:18:00.0
+    minor_number: Optional[int] = None         # N of /dev/nvidiaN: how Slurm's GRES index maps to NVML
     name: Optional[str] = None
     # ok | lost (NVML says GPU is lost) | hang (did not answer in time) | error (see ``error``)
     state: str = "ok"
@@ -150,3 +151,16 @@ class KernelLogFacts:
     events: List[Any] = field(default_factory=list)
     message: str = ""                            # why it could not be read
     rescan: Optional[str] = None                 # why the cursor was not used (a bounded rescan)
+    # The read itself (kernellog.api.KernelLogRead): its commit() saves the cursor. Not for checks.
+    read: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class RunFacts:
+    """Everything one ``run_checks`` gathered (None: not probed this run)."""
+    nvml: Optional[NvmlFacts] = None
+    ib: Optional[IbFacts] = None
+    dcgm: Optional[DcgmFacts] = None
+    kernel: Optional[KernelLogFacts] = None
+    # Counters as read, before this run's samples are committed: {key: [[time, value], ...]}
+    history: Dict[str, List[List[float]]] = field(default_factory=dict)

@@ -1,5 +1,10 @@
 """Compose a tier: run the probes its checks need (concurrently, each under a deadline), run
-the checks on the facts, keep counter history, and sum the findings up as a ``Report``.
+the checks on the facts, and sum the findings up as a ``Report`` that also carries the facts.
+
+Read, act, then commit: the kernel-log cursor and this run's counter samples are saved only by
+``Report.commit()``, which the hooks call after applying (or durably recording) their
+decision; a hook killed before that reads the same Xids again next time. ``slurm-gpu check``
+commits right away (``commit=True``).
 
 The prolog and the health check call ``run_checks``; so keep this module cheap to import
 (no pynvml, no jinja2: probes import pynvml inside their child).
@@ -8,16 +13,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from .checks import CHECKS, needs, nvml_features
 from .checks.base import CheckInput
 from .config import Config
-from .facts import DcgmFacts
+from .facts import NVML_READ_GROUPS, DcgmFacts, RunFacts
 from .findings import EXIT_CODES, Finding, strongest_action, worst_status
 from .sources import NodeSources
 
 DEFAULT_TIER = "health"
+
+# The prolog's counter baseline, read in the same probe run as its checks: ECC counters,
+# remapped rows, NVLink states and error counters, IB ports and counters (UUIDs, PCI bus ids
+# and NVML minor numbers come with every NVML read).
+BASELINE_READS = ("nvml:ecc", "nvml:remap", "nvml:nvlink_errors", "ib")
 
 
 @dataclass
@@ -27,6 +37,9 @@ class Report:
     findings: List[Finding] = field(default_factory=list)   # only those that are not ok
     duration_ms: int = 0
     tier: str = DEFAULT_TIER
+    facts: RunFacts = field(default_factory=RunFacts, repr=False, compare=False)
+    # What commit() saves: each returns None, or a finding saying what could not be saved.
+    pending: List[Callable[[], Optional[Finding]]] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def exit_code(self) -> int:
@@ -37,6 +50,21 @@ class Report:
         """The strongest action any finding asks for: none | warn | drain."""
         return strongest_action(self.findings)
 
+    def commit(self) -> List[Finding]:
+        """Save what this run read: the kernel-log cursor and flood state, the counter samples.
+
+        Call it once the findings were acted on. Never raises: what could not be saved comes
+        back as findings (``probe.error``); the next run then reads the same lines again.
+        A second call saves nothing.
+        """
+        pending, self.pending = self.pending, []
+        return [problem for problem in (step() for step in pending) if problem is not None]
+
+    def add(self, findings: Iterable[Finding]) -> None:
+        """Add findings that are not ok (e.g. what ``commit`` returned) and update the status."""
+        self.findings.extend(f for f in findings if f.status != "ok")
+        self.status = worst_status(self.findings)
+
     def to_json(self) -> Dict[str, Any]:
         """The ``slurm-gpu check --json`` contract."""
         return {"node": self.node, "status": self.status,
@@ -46,20 +74,27 @@ class Report:
 
 def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Optional[Iterable[int]] = None,
                sources: Optional[NodeSources] = None, now: Optional[float] = None,
-               consumer: str = "hook") -> Report:
+               consumer: str = "hook", extra_reads: Iterable[str] = (), commit: bool = False) -> Report:
     """Run ``tier``'s checks for ``node``; ``gpus`` (NVML indices, e.g. SLURM_JOB_GPUS)
     restricts the GPU checks to those GPUs. ``consumer`` names who reads the kernel log ("hook",
-    "cli"): each keeps its own cursor. Never raises for what it finds on the node; setting
-    up ``sources`` when none are given can raise (ProfileError for a bad simulator profile)."""
+    "cli"): each keeps its own cursor.
+
+    ``extra_reads`` asks the same probe run for facts no check of the tier needs ("nvml",
+    "nvml:<group>" of ``facts.NVML_READ_GROUPS``, "ib", "kernel"; e.g. ``BASELINE_READS``);
+    they come back in ``Report.facts``. Nothing is saved unless ``commit`` is true or the caller
+    calls ``Report.commit()``. Never raises for what it finds on the node; an unknown extra
+    read is a ValueError, and setting up ``sources`` when none are given can raise (ProfileError
+    for a bad simulator profile)."""
     started = time.monotonic()
     now = time.time() if now is None else now
     check_ids = [cid for cid in config.tier(tier) if cid in CHECKS]
     job_gpus = None if gpus is None else frozenset(int(g) for g in gpus)
+    extra_sources, extra_groups = _extra_reads(extra_reads)
     if sources is None:
         from .sources import node_sources
 
         sources = node_sources(config, node)
-    wanted = needs(check_ids)
+    wanted = needs(check_ids) | extra_sources
     timeout_s = float(config.section("gpu")["probe_timeout_s"])
 
     # Start the probes that can block together, then collect: their deadlines overlap.
@@ -67,7 +102,7 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
     if "nvml" in wanted:
         from .probes.nvml import start_nvml_probe
 
-        nvml_child = start_nvml_probe(sources.nvml, timeout_s, nvml_features(check_ids), job_gpus)
+        nvml_child = start_nvml_probe(sources.nvml, timeout_s, nvml_features(check_ids) | extra_groups, job_gpus)
     if "ib" in wanted:
         from .probes.ib_sysfs import start_ib_probe
 
@@ -111,14 +146,48 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
             findings.append(inp.finding("check.error", "error", f"check {cid} failed: {type(exc).__name__}: {exc}",
                                         evidence={"check": cid}))
+    pending: List[Callable[[], Optional[Finding]]] = []
+    if kernel is not None and kernel.read is not None:
+        pending.append(lambda: _commit_kernel_log(kernel, inp))
     if history_store is not None:
-        problem = _save_history(history_store, samplers, inp)
+        samples, problem = _samples(samplers, inp)
         if problem:
             findings.append(problem)
+        elif samples:
+            pending.append(lambda: _save_history(history_store, samples, inp))
 
     findings = [f for f in findings if f.status != "ok"]
-    return Report(node=node, status=worst_status(findings), findings=findings,
-                  duration_ms=int((time.monotonic() - started) * 1000), tier=tier)
+    report = Report(node=node, status=worst_status(findings), findings=findings,
+                    duration_ms=int((time.monotonic() - started) * 1000), tier=tier,
+                    facts=RunFacts(nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=dict(history)),
+                    pending=pending)
+    if commit:
+        report.add(report.commit())
+    return report
+
+
+def _extra_reads(reads: Iterable[str]):
+    """("nvml:ecc", "ib") -> ({"nvml", "ib"}, {"ecc"}); anything else is a ValueError."""
+    sources, groups = set(), set()
+    for read in reads:
+        source, _, group = read.partition(":")
+        if source not in ("nvml", "ib", "kernel") or (group and (source != "nvml" or group not in NVML_READ_GROUPS)):
+            raise ValueError(f"unknown extra read {read!r}: nvml, nvml:<{'|'.join(NVML_READ_GROUPS)}>, ib or kernel")
+        sources.add(source)
+        if group:
+            groups.add(group)
+    return frozenset(sources), frozenset(groups)
+
+
+def _commit_kernel_log(kernel, inp: CheckInput) -> Optional[Finding]:
+    from .kernellog.api import KernelLogError
+
+    try:
+        kernel.read.commit()
+    except KernelLogError as exc:
+        return inp.finding("probe.error", "error", f"kernel-log cursor not saved, the same lines are read again: {exc}",
+                           evidence={"source": kernel.source})
+    return None
 
 
 def _run_dcgm(config: Config, tier: str, gpus: Optional[frozenset]) -> DcgmFacts:
@@ -141,13 +210,20 @@ def _load_history(config: Config, state_dir: str, node: str):
                                  evidence={"state_dir": state_dir})
 
 
-def _save_history(store, samplers, inp: CheckInput) -> Optional[Finding]:
+def _samples(samplers, inp: CheckInput):
+    """This run's counter samples, ({key: (value, window_s)}, None), or ({}, a finding)."""
     samples: Dict[str, Any] = {}
     try:
         for sampler in samplers:
             samples.update(sampler(inp))
-        if samples:
-            store.record(samples, inp.now)
+    except Exception as exc:  # noqa: BLE001 - a broken sampler is a bug here, not a node fault
+        return {}, inp.finding("check.error", "error", f"counter samples not taken: {type(exc).__name__}: {exc}")
+    return samples, None
+
+
+def _save_history(store, samples: Dict[str, Any], inp: CheckInput) -> Optional[Finding]:
+    try:
+        store.record(samples, inp.now)
     except (OSError, ValueError) as exc:
         return inp.finding("probe.error", "error", f"counter history not saved: {_os_text(exc)}",
                            evidence={"path": store.path})

@@ -98,7 +98,7 @@ def test_growth_faults_show_on_the_second_run(tmp_path):
     state = tmp_path / "state"
     cfg = make_config(hardware=HARDWARE["H100"], state_dir=str(state))
     path = os.path.join(SIM_PROFILES, "h100-healthy.toml")
-    first = run_checks(cfg, "n1", "health", sources=sim(state, path), now=1_000_000.0)
+    first = run_checks(cfg, "n1", "health", sources=sim(state, path), now=1_000_000.0, commit=True)
     assert first.findings == []
     history = state / "counters" / "n1.json"
     assert stat.S_IMODE(os.stat(history).st_mode) == 0o640
@@ -110,7 +110,7 @@ def test_growth_faults_show_on_the_second_run(tmp_path):
         ("ib.mlx5_6:1.counters.symbol_error", 40),         # > 10 per hour
         ("ib.mlx5_1:1.counters.port_rcv_errors", 3),       # within 10 per hour
     ])
-    second = run_checks(cfg, "n1", "health", sources=sim(state, path), now=1_000_600.0)
+    second = run_checks(cfg, "n1", "health", sources=sim(state, path), now=1_000_600.0, commit=True)
     found = sorted((f.check, f.gpu, f.hca) for f in second.findings)
     assert found == [("gpu.ecc.correctable_rate", 3, None), ("ib.counters", None, "mlx5_6"),
                      ("nvlink.errors", 1, None)]
@@ -118,7 +118,7 @@ def test_growth_faults_show_on_the_second_run(tmp_path):
     assert nvlink_finding.evidence["over"] == [{"link": 7, "counter": "replay", "growth": 500.0, "limit": 100.0}]
 
     # Nothing new an hour later: the errors are old news within the NVLink and IB windows' end.
-    third = run_checks(cfg, "n1", "health", sources=sim(state, path), now=1_000_600.0 + 7200)
+    third = run_checks(cfg, "n1", "health", sources=sim(state, path), now=1_000_600.0 + 7200, commit=True)
     assert {f.check for f in third.findings} == {"gpu.ecc.correctable_rate"}   # still within its day
 
 
@@ -148,14 +148,14 @@ def test_kernel_events_are_judged_once_per_consumer(tmp_path):
     state = tmp_path / "state"
     path = os.path.join(SIM_PROFILES, "h100-healthy.toml")
     cfg = make_config(hardware=hardware_for("H100"), tiers={"health": ["kernel.xid"], "deep": ["kernel.xid"]})
-    assert run_checks(cfg, "n1", "health", sources=sim(state, path)).findings == []
+    assert run_checks(cfg, "n1", "health", sources=sim(state, path), commit=True).findings == []
     SimNode(str(state), "n1").inject([], ["[ 9000.000001] NVRM: Xid (PCI:0000:9a:00): 79, pid=77, name=python, "
                                           "GPU has fallen off the bus."])
-    [first] = run_checks(cfg, "n1", "health", sources=sim(state, path)).findings
+    [first] = run_checks(cfg, "n1", "health", sources=sim(state, path), commit=True).findings
     assert (first.check, first.gpu, first.evidence["code"]) == ("kernel.xid", 4, 79)
-    assert run_checks(cfg, "n1", "health", sources=sim(state, path)).findings == []
-    [deep] = run_checks(cfg, "n1", "deep", sources=sim(state, path)).findings
+    assert run_checks(cfg, "n1", "health", sources=sim(state, path), commit=True).findings == []
+    [deep] = run_checks(cfg, "n1", "deep", sources=sim(state, path), commit=True).findings
     assert deep.evidence["code"] == 79
-    [admin] = run_checks(cfg, "n1", "health", sources=sim(state, path), consumer="cli").findings
+    [admin] = run_checks(cfg, "n1", "health", sources=sim(state, path), consumer="cli", commit=True).findings
     assert admin.evidence["code"] == 79
-    assert run_checks(cfg, "n1", "health", sources=sim(state, path)).findings == []
+    assert run_checks(cfg, "n1", "health", sources=sim(state, path), commit=True).findings == []

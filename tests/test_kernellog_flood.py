@@ -14,6 +14,13 @@ from healthcheck.kernellog.timestamps import PrefixClock
 XID95 = "{stamp} gpu001 kernel: [{up:.6f}] NVRM: Xid (PCI:0000:5d:00): 95, pid=2371, Uncontained: FBHUB. RST: Yes\n"
 
 
+def read_and_commit(*args, **kwargs):
+    """A hook's whole cycle: read, then commit (nothing acts in between here)."""
+    read = read_new_events(*args, **kwargs)
+    read.commit()
+    return read
+
+
 def stamped(epoch: float, code: int = 13, pci: str = "0000:3b:00") -> bytes:
     return (f"{epoch:.6f} gpu001 kernel: NVRM: Xid (PCI:{pci}): {code}, pid=1, name=python, "
             f"Graphics SM Warp Exception\n").encode()
@@ -98,18 +105,18 @@ def test_floods_and_escalation_carry_across_health_check_runs(tmp_path):
     now = 1_700_000_000.0
     config = Config.from_document({"xid": {"escalate": {"13": {"count": 3, "window_s": 3600, "action": "reboot"}}}}, None)
     log.write_bytes(stamped(now) * 1000)
-    first = read_new_events(str(log), state, "gpu1", config=config, now=now + 1)
+    first = read_and_commit(str(log), state, "gpu1", config=config, now=now + 1)
     assert [(event.count, event.count_new, event.action) for event in first.events] == [(1000, 1000, "job")]
     with open(log, "ab") as handle:
         handle.write(stamped(now + 120) * 500)
-    second = read_new_events(str(log), state, "gpu1", config=config, now=now + 121)
+    second = read_and_commit(str(log), state, "gpu1", config=config, now=now + 121)
     assert [(event.count, event.count_new, event.action) for event in second.events] == [(1500, 500, "job")]
     with open(log, "ab") as handle:
         handle.write(stamped(now + 300))
-    third = read_new_events(str(log), state, "gpu1", config=config, now=now + 301)
+    third = read_and_commit(str(log), state, "gpu1", config=config, now=now + 301)
     assert [(event.count, event.action) for event in third.events] == [(1501, "reboot")]
     # After the window the event is no longer active, and the state file stays small.
-    later = read_new_events(str(log), state, "gpu1", config=config, now=now + 301 + 3601)
+    later = read_and_commit(str(log), state, "gpu1", config=config, now=now + 301 + 3601)
     assert later.events == [] and later.active == []
     assert (tmp_path / "state" / "kernellog" / "gpu1" / "flood.json").stat().st_size < 2000
 

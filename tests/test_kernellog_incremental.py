@@ -36,15 +36,15 @@ def lines(template, count, start=0):
 def test_second_read_reads_exactly_the_appended_lines(tmp_path):
     log = tmp_path / "kern.log"
     write(log, lines(NOISE, 5000) + XID13.format(n=1))
-    first = read_new_events(str(log), str(tmp_path / "state"), "gpu1", now=NOW)
+    first = read_and_commit(str(log), str(tmp_path / "state"), "gpu1", now=NOW)
     assert first.rescan == "no cursor yet" and first.stats.lines_read == 5001
     appended = lines(NOISE, 37, 9000) + XID13.format(n=2) + lines(NOISE, 12, 9100)
     write(log, appended)
-    second = read_new_events(str(log), str(tmp_path / "state"), "gpu1", now=NOW + 10)
+    second = read_and_commit(str(log), str(tmp_path / "state"), "gpu1", now=NOW + 10)
     assert second.rescan is None
     assert second.stats.lines_read == 50 and second.stats.bytes_read == len(appended.encode())
     assert [(event.code, event.count, event.count_new) for event in second.events] == [(13, 2, 1)]
-    third = read_new_events(str(log), str(tmp_path / "state"), "gpu1", now=NOW + 20)
+    third = read_and_commit(str(log), str(tmp_path / "state"), "gpu1", now=NOW + 20)
     assert third.stats.bytes_read == 0 and third.events == []
     assert [event.code for event in third.active] == [13]      # still inside the flood window
 
@@ -53,13 +53,13 @@ def test_a_line_being_written_is_read_when_it_is_complete(tmp_path):
     log = tmp_path / "kern.log"
     state = str(tmp_path / "state")
     write(log, NOISE.format(n=1))
-    read_new_events(str(log), state, "gpu1", now=NOW)
+    read_and_commit(str(log), state, "gpu1", now=NOW)
     partial = XID79[:40]
     write(log, partial)
-    half = read_new_events(str(log), state, "gpu1", now=NOW + 1)
+    half = read_and_commit(str(log), state, "gpu1", now=NOW + 1)
     assert half.events == []
     write(log, XID79[40:])
-    whole = read_new_events(str(log), state, "gpu1", now=NOW + 2)
+    whole = read_and_commit(str(log), state, "gpu1", now=NOW + 2)
     assert [event.code for event in whole.events] == [79] and whole.stats.lines_read == 1
 
 
@@ -67,7 +67,7 @@ def test_first_read_of_a_big_log_is_bounded(tmp_path):
     log = tmp_path / "kern.log"
     write(log, lines(NOISE, 40_000) + XID13.format(n=7))
     config = _config(tmp_path, rescan_bytes=65536)
-    result = read_new_events(str(log), str(tmp_path / "state"), "gpu1", config=config, now=NOW)
+    result = read_and_commit(str(log), str(tmp_path / "state"), "gpu1", config=config, now=NOW)
     assert result.stats.bytes_read <= 65536 + 1 < os.path.getsize(log)
     assert [event.code for event in result.events] == [13]
 
@@ -77,13 +77,13 @@ def test_truncation_leads_to_a_bounded_rescan(tmp_path):
     state = str(tmp_path / "state")
     config = _config(tmp_path, rescan_bytes=4096)
     write(log, lines(NOISE, 2000))
-    read_new_events(str(log), state, "gpu1", config=config, now=NOW)
+    read_and_commit(str(log), state, "gpu1", config=config, now=NOW)
     write(log, lines(NOISE, 10) + XID79, mode="w")               # shorter: like a reboot
-    result = read_new_events(str(log), state, "gpu1", config=config, now=NOW + 5)
+    result = read_and_commit(str(log), state, "gpu1", config=config, now=NOW + 5)
     assert result.rescan == "the file was truncated"
     assert [event.code for event in result.events] == [79]
     write(log, lines(NOISE, 3000, 50) + XID13.format(n=3), mode="w")   # rewritten, longer than before
-    result = read_new_events(str(log), state, "gpu1", config=config, now=NOW + 6)
+    result = read_and_commit(str(log), state, "gpu1", config=config, now=NOW + 6)
     assert result.rescan == "the file was rewritten" and result.stats.bytes_read <= 4097
     assert [event.code for event in result.events] == [13]
 
@@ -92,11 +92,11 @@ def test_rotation_finishes_the_old_file_then_reads_the_new(tmp_path):
     log = tmp_path / "kern.log"
     state = str(tmp_path / "state")
     write(log, lines(NOISE, 100))
-    read_new_events(str(log), state, "gpu1", now=NOW)
+    read_and_commit(str(log), state, "gpu1", now=NOW)
     write(log, XID13.format(n=1))                         # written before the rotation, not yet read
     os.rename(log, tmp_path / "kern.log.1")
     write(log, lines(NOISE, 3) + XID79)
-    result = read_new_events(str(log), state, "gpu1", now=NOW + 5)
+    result = read_and_commit(str(log), state, "gpu1", now=NOW + 5)
     assert result.rescan == "the file was rotated or replaced"
     assert sorted(event.code for event in result.events) == [13, 79]
     assert result.stats.bytes_read == len((XID13.format(n=1) + lines(NOISE, 3) + XID79).encode())
@@ -106,7 +106,7 @@ def test_cursor_state_is_private_and_links_are_not_followed(tmp_path):
     log = tmp_path / "kern.log"
     state = tmp_path / "state"
     write(log, lines(NOISE, 10))
-    read_new_events(str(log), str(state), "gpu1", now=NOW)
+    read_and_commit(str(log), str(state), "gpu1", now=NOW)
     directory = state / "kernellog" / "gpu1"
     assert stat.S_IMODE(os.stat(directory).st_mode) == 0o750
     files = sorted(name for name in os.listdir(directory) if not name.startswith("."))
@@ -123,24 +123,24 @@ def test_cursor_state_is_private_and_links_are_not_followed(tmp_path):
     os.symlink(elsewhere, cursor_path)
     assert cursor_module.read_json(str(cursor_path)) is None
     with pytest.raises(ValueError):
-        read_new_events(str(log), str(state), "../escape", now=NOW)
+        read_and_commit(str(log), str(state), "../escape", now=NOW)
 
 
 def test_sim_inject_and_reset_are_read_incrementally(tmp_path, sim_config, isolated_env):
     state = str(tmp_path / "state")
     node = SimNode(state, "gpu2", os.path.join(str(tmp_path), "sim", "h100-xid79-gpu-lost.toml"))
     node.ensure()
-    first = read_new_events(node.kernel_log_path, state, "gpu2", now=NOW)
+    first = read_and_commit(node.kernel_log_path, state, "gpu2", now=NOW)
     assert [event.code for event in first.events] == [79]
     assert first.events[0].uuid == "GPU-2f7c1e4a-0003-4c1d-9e2b-8a6f3d0c0003"      # from the companion line
     done = run_cli(["sim", "inject", "--config", sim_config, "gpu2", "--log",
                     "[ 9000.1] NVRM: Xid (PCI:0000:5d:00): 48, An uncorrectable double bit error (DBE)"])
     assert done.exit_code == 0, done.output
-    second = read_new_events(node.kernel_log_path, state, "gpu2", now=NOW + 1)
+    second = read_and_commit(node.kernel_log_path, state, "gpu2", now=NOW + 1)
     assert [event.code for event in second.events] == [48] and second.stats.lines_read == 1
     assert second.events[0].uuid == "GPU-2f7c1e4a-0003-4c1d-9e2b-8a6f3d0c0003"      # remembered between runs
     assert run_cli(["sim", "reset", "--config", sim_config, "gpu2"]).exit_code == 0
-    third = read_new_events(node.kernel_log_path, state, "gpu2", now=NOW + 2)
+    third = read_and_commit(node.kernel_log_path, state, "gpu2", now=NOW + 2)
     assert third.rescan is not None and [event.code for event in third.events] == [79]
 
 
@@ -157,15 +157,15 @@ def test_kmsg_sequence_numbers_are_the_cursor(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "boot_time", lambda: 1_700_000_000.0)
     write(fake, kmsg_record(1, "NVRM: loading") + kmsg_record(2, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."))
     state = str(tmp_path / "state")
-    first = read_new_events("kmsg", state, "gpu1", now=NOW)
+    first = read_and_commit("kmsg", state, "gpu1", now=NOW)
     assert [event.code for event in first.events] == [79]
     assert first.events[0].time == pytest.approx(1_700_000_000.0 + 5.000002)
     # The ring buffer still holds the old records; only higher sequence numbers are new.
     write(fake, kmsg_record(3, "NVRM: Xid (PCI:0000:3b:00): 48, DBE"))
-    second = read_new_events("kmsg", state, "gpu1", now=NOW + 1)
+    second = read_and_commit("kmsg", state, "gpu1", now=NOW + 1)
     assert [event.code for event in second.events] == [48] and second.rescan is None
     monkeypatch.setattr(sources, "boot_id", lambda: "boot-2")
-    after_reboot = read_new_events("kmsg", state, "gpu1", now=NOW + 2)
+    after_reboot = read_and_commit("kmsg", state, "gpu1", now=NOW + 2)
     assert after_reboot.rescan == "the node rebooted"
 
 
@@ -194,6 +194,13 @@ else:
 """
 
 
+def read_and_commit(*args, **kwargs):
+    """A hook's whole cycle: read, then commit (nothing acts in between here)."""
+    read = read_new_events(*args, **kwargs)
+    read.commit()
+    return read
+
+
 @pytest.fixture
 def fake_journal(tmp_path, monkeypatch):
     calls = tmp_path / "calls"
@@ -206,21 +213,21 @@ def fake_journal(tmp_path, monkeypatch):
 
 def test_journal_cursor_is_passed_and_a_bad_one_means_a_bounded_rescan(tmp_path, fake_journal):
     state = str(tmp_path / "state")
-    first = read_new_events("journal", state, "gpu1", now=NOW)
+    first = read_and_commit("journal", state, "gpu1", now=NOW)
     assert [event.code for event in first.events] == [79] and first.events[0].time == 1800000000.25
     assert "-b -n" in fake_journal.read_text().splitlines()[0]          # bounded: this boot, last N lines
-    second = read_new_events("journal", state, "gpu1", now=NOW + 1)
+    second = read_and_commit("journal", state, "gpu1", now=NOW + 1)
     assert [event.code for event in second.events] == [48]
     assert "--after-cursor=s=1" in fake_journal.read_text().splitlines()[1]
     store = cursor_module.StateStore(state, "gpu1")
     store.save_cursor("journal", "journal", {"cursor": "bad"})
-    third = read_new_events("journal", state, "gpu1", now=NOW + 2)
+    third = read_and_commit("journal", state, "gpu1", now=NOW + 2)
     assert third.rescan == "journalctl refused the cursor"
 
 
 def test_an_empty_journal_is_no_events_not_an_error(tmp_path, fake_journal):
     (tmp_path / "calls.empty").write_text("")
-    result = read_new_events("journal", str(tmp_path / "state"), "gpu1", now=NOW)
+    result = read_and_commit("journal", str(tmp_path / "state"), "gpu1", now=NOW)
     assert result.events == [] and result.rescan == "no cursor yet"
 
 
@@ -228,18 +235,18 @@ def test_a_hanging_journalctl_is_killed_at_the_deadline(tmp_path, fake_journal):
     (tmp_path / "calls.hang").write_text("")
     config = _config(tmp_path, source_timeout_s=1)
     with pytest.raises(KernelLogError, match="did not finish within 1 s"):
-        read_new_events("journal", str(tmp_path / "state"), "gpu1", config=config, now=NOW)
+        read_and_commit("journal", str(tmp_path / "state"), "gpu1", config=config, now=NOW)
 
 
 def test_unreadable_sources_are_one_line_errors(tmp_path, monkeypatch):
     with pytest.raises(KernelLogError, match="cannot read .*missing"):
-        read_new_events(str(tmp_path / "missing"), str(tmp_path / "state"), "gpu1", now=NOW)
+        read_and_commit(str(tmp_path / "missing"), str(tmp_path / "state"), "gpu1", now=NOW)
     with pytest.raises(KernelLogError, match="not a regular file"):
-        read_new_events(str(tmp_path), str(tmp_path / "state"), "gpu1", now=NOW)
+        read_and_commit(str(tmp_path), str(tmp_path / "state"), "gpu1", now=NOW)
     monkeypatch.setattr(sources, "JOURNALCTL_PATHS", ())
     monkeypatch.setattr(sources.shutil, "which", lambda name: None)
     with pytest.raises(KernelLogError, match="journalctl not found"):
-        read_new_events("journal", str(tmp_path / "state"), "gpu1", now=NOW)
+        read_and_commit("journal", str(tmp_path / "state"), "gpu1", now=NOW)
 
 
 def _config(tmp_path, **xid):
@@ -255,7 +262,7 @@ def test_an_unusable_state_dir_is_a_one_line_error(tmp_path):
     blocker = tmp_path / "state"
     blocker.write_text("a file where the state dir should be")
     with pytest.raises(KernelLogError, match="cannot use the state dir"):
-        read_new_events(str(log), str(blocker), "gpu1", now=NOW)
+        read_and_commit(str(log), str(blocker), "gpu1", now=NOW)
 
 
 def test_a_time_window_read_of_a_big_file_starts_near_the_window(tmp_path):

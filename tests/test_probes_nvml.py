@@ -83,10 +83,11 @@ def test_bus_id_as_bytes_is_decoded():
         nvmlDeviceGetHandleByIndex=lambda i: object(),
         nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-80GB",
         nvmlDeviceGetUUID=lambda h: b"GPU-1",
-        nvmlDeviceGetPciInfo=lambda h: info,
+        nvmlDeviceGetPciInfo=lambda h: info, nvmlDeviceGetMinorNumber=lambda h: 3,
     )
     gpu = gather_gpu(fake, 0, frozenset())
     assert (gpu.pci_bus_id, gpu.name, gpu.uuid) == ("00000000:3B:00.0", "NVIDIA A100-SXM4-80GB", "GPU-1")
+    assert gpu.minor_number == 3
 
 
 def test_unexpected_nvml_errors_are_kept_per_feature():
@@ -96,7 +97,7 @@ def test_unexpected_nvml_errors_are_kept_per_feature():
     fake = types.SimpleNamespace(
         nvmlDeviceGetHandleByIndex=lambda i: object(), nvmlDeviceGetName=lambda h: "x",
         nvmlDeviceGetUUID=lambda h: "GPU-1", nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId="0:1:0.0"),
-        nvmlDeviceGetPowerUsage=unknown, nvmlDeviceGetEnforcedPowerLimit=lambda h: 400000,
+        nvmlDeviceGetMinorNumber=lambda h: 0, nvmlDeviceGetPowerUsage=unknown, nvmlDeviceGetEnforcedPowerLimit=lambda h: 400000,
     )
     gpu = gather_gpu(fake, 0, frozenset({"power"}))
     assert gpu.state == "ok" and gpu.power_limit_w == 400.0 and gpu.power_w is None

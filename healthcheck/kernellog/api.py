@@ -1,8 +1,11 @@
 """What the health check, the epilog and ``slurm-gpu xid`` call.
 
-* ``read_new_events(kernel_log, state_dir, node, ...)``: the health check, every run. Reads only
-  what the log gained since the last run (a cursor in the state dir), folds repeats (also across
-  runs) and returns this run's events and every event still inside ``[xid] flood_window_s``.
+* ``read_new_events(kernel_log, state_dir, node, ...)``: the hooks, every run. Reads only what
+  the log gained since the last committed read (a cursor in the state dir), folds repeats (also
+  across runs) and returns this run's events and every event still inside ``[xid]
+  flood_window_s``. It saves nothing: ``KernelLogRead.commit()`` saves the new cursor and flood
+  state once the caller has acted on the events. Until then the same events come back on the
+  next read, so a run that dies between reading and acting loses no Xid.
 * ``events_between(kernel_log, since, until, ...)``: the epilog, for a job's time window. A one-shot
   read that neither uses nor moves the cursor.
 * ``scan_events(...)``: the same as ``events_between`` with read statistics (``xid scan``).
@@ -26,8 +29,8 @@ from .scanner import LineScanner, ScanStats
 from .sources import KernelLogError
 from .timestamps import PrefixClock
 
-__all__ = ["KernelLogError", "KernelLogRead", "XidSettings", "events_between", "read_new_events",
-           "scan_events"]
+__all__ = ["KernelLogError", "KernelLogRead", "PendingState", "XidSettings", "events_between",
+           "read_new_events", "scan_events"]
 
 
 @dataclass
@@ -59,12 +62,41 @@ class XidSettings:
 
 
 @dataclass
+class PendingState:
+    """What a cursor read would save: the new cursor and flood state, not yet written."""
+    store: StateStore
+    kind: str
+    identity: str
+    cursor: Dict[str, Any]
+    flood: Dict[str, Any]
+
+    def commit(self) -> None:
+        with self.store.lock():
+            # Flood state first: dying between the two writes re-reads lines (counted twice), never loses them.
+            self.store.save_flood(self.flood)
+            self.store.save_cursor(self.kind, self.identity, self.cursor)
+
+
+@dataclass
 class KernelLogRead:
     source: str                          # kmsg | journal | a file path | "-"
     events: List[XidEvent]               # events with lines read by this call
     active: List[XidEvent]               # + earlier runs' events still within flood_window_s
     stats: ScanStats
     rescan: Optional[str] = None         # why the cursor was not used (a bounded rescan), if it was not
+    pending: Optional[PendingState] = field(default=None, repr=False)   # cursor reads only
+
+    def commit(self) -> None:
+        """Save the cursor and flood state this read reached: its events are not read again.
+        Raises ``KernelLogError`` (one line) when the state dir cannot be written."""
+        if self.pending is None:
+            return
+        try:
+            self.pending.commit()
+        except OSError as exc:
+            raise KernelLogError(f"cannot save the kernel-log cursor in {self.pending.store.dir}: "
+                                 f"{exc.strerror or exc}") from None
+        self.pending = None
 
 
 class _Collector:
@@ -197,14 +229,12 @@ def _read_new_events(store: StateStore, kind: str, identity: str, settings: XidS
             result = sources.read_file_incremental(identity, cursor, settings.rescan_bytes, collector.scanner)
         flood_state = tracker.state(now)
         flood_state["uuids"] = dict(list(gpu_map.learned.items())[:4096])
-        # Flood state first: dying between the two writes re-reads lines (counted twice), never loses them.
-        store.save_flood(flood_state)
-        store.save_cursor(kind, identity, result.cursor)
     everything = tracker.events()
     for event in everything:
         gpu_map.annotate(event)
     return KernelLogRead(source=identity, events=[event for event in everything if event.count_new > 0],
-                         active=tracker.active(now), stats=collector.stats, rescan=result.rescan)
+                         active=tracker.active(now), stats=collector.stats, rescan=result.rescan,
+                         pending=PendingState(store, kind, identity, dict(result.cursor), flood_state))
 
 
 def scan_events(kernel_log: str, since: Optional[float] = None, until: Optional[float] = None, *,

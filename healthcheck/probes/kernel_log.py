@@ -1,8 +1,11 @@
-"""The kernel-log probe: Xid/SXid events the log gained since this consumer's last read.
+"""The kernel-log probe: Xid/SXid events the log gained since this consumer's last commit.
 
 Each consumer keeps its own cursor, ``<node>.<tier>`` for the hooks and
 ``<node>.cli.<tier>`` for ``slurm-gpu check``, so an admin's check never takes new lines
 away from the health check, nor the health check from the prolog.
+
+The probe saves nothing: ``KernelLogFacts.read`` holds the new cursor and flood state, and
+the runner's commit step saves them after the caller acted on the events.
 """
 from __future__ import annotations
 
@@ -25,4 +28,4 @@ def probe_kernel_log(kernel_log: str, state_dir: str, node: str, tier: str, conf
                                gpus=gpus, now=now)
     except (KernelLogError, ValueError) as exc:
         return KernelLogFacts(status="error", source=kernel_log, message=str(exc))
-    return KernelLogFacts(source=read.source, events=read.events, rescan=read.rescan)
+    return KernelLogFacts(source=read.source, events=read.events, rescan=read.rescan, read=read)

@@ -65,7 +65,7 @@ def assemble(records: List[Any], timed_out: bool, error: Optional[str], timeout_
         if gpu is None:
             known = identities.get(index, {})
             gpu = GpuFacts(index=index, uuid=known.get("uuid"), pci_bus_id=known.get("pci_bus_id"),
-                           name=known.get("name"),
+                           name=known.get("name"), minor_number=known.get("minor_number"),
                            state="hang" if timed_out else "error",
                            error=None if timed_out else (error or "the probe ended before this GPU"))
         facts.gpus.append(gpu)
@@ -152,9 +152,11 @@ def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[E
         gpu.uuid = _str(read("identity", lambda: nvml.nvmlDeviceGetUUID(handle)))
         pci = read("identity", lambda: nvml.nvmlDeviceGetPciInfo(handle))
         gpu.pci_bus_id = _str(pci.busId) if pci is not None else None
+        minor = read("identity", lambda: nvml.nvmlDeviceGetMinorNumber(handle))
+        gpu.minor_number = None if minor is None else int(minor)
         if emit is not None:
             emit(("identity", {"index": index, "uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id,
-                               "name": gpu.name}))
+                               "name": gpu.name, "minor_number": gpu.minor_number}))
         if "ecc" in wanted:
             _read_ecc(nvml, pynvml, handle, gpu, read)
         if "remap" in wanted:

@@ -158,6 +158,11 @@ def nvmlDeviceGetIndex(handle: _Handle) -> int:
     return _present().index(handle.gpu)
 
 
+def nvmlDeviceGetMinorNumber(handle: _Handle) -> int:
+    """N of /dev/nvidiaN (what Slurm's GRES index maps to)."""
+    return int(_gpu(handle)["minor_number"])
+
+
 def nvmlDeviceGetPciInfo(handle: _Handle) -> nvmlPciInfo_t:
     gpu = _gpu(handle)
     info = nvmlPciInfo_t()

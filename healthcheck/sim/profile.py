@@ -17,6 +17,7 @@ GPU_SCHEMA: Dict[str, Any] = {
     "name": Field(str),
     "uuid": Field(str),
     "pci_bus_id": Field(str),
+    "minor_number": Field(int, minimum=-1),      # -1: the GPU's place in the profile
     "state": Field(str, choices=("ok", "lost", "hang", "absent")),
     "temperature_c": Field(float),
     "temperature_slowdown_c": Field(float),
@@ -135,6 +136,9 @@ def _complete_gpu(base: Dict[str, Any], gpu: Dict[str, Any], index: int) -> Dict
         out["uuid"] = f"GPU-5a1e0000-0000-4000-8000-{index:012x}"
     if not out["pci_bus_id"]:
         out["pci_bus_id"] = f"00000000:{0x18 + 0x10 * index:02X}:00.0"
+    if out["minor_number"] < 0:
+        # An absent GPU keeps its device file number: the ones after it keep theirs too.
+        out["minor_number"] = index
     return out
 
 

@@ -62,7 +62,7 @@ def check(config_path: Optional[str], node: Optional[str], sim_profile: Optional
     name = node_name(node)
     try:
         with _sources(cfg, name, sim_profile) as sources:
-            report = run_checks(cfg, name, tier, sources=sources, consumer="cli")
+            report = run_checks(cfg, name, tier, sources=sources, consumer="cli", commit=True)
     except ProfileError as exc:
         _give_up(str(exc).splitlines()[0])
     except ValueError as exc:
