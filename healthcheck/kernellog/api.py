@@ -190,8 +190,9 @@ def _source_kind(source: str) -> str:
 
 def read_new_events(kernel_log: str, state_dir: str, node: str, *, config: Any = None,
                     gpus: Iterable[Any] = (), now: Optional[float] = None) -> KernelLogRead:
-    """The health check's read: only lines new since the last call for this node and source.
+    """The hooks' read: only lines new since the last commit for this reader and source.
 
+    Saves nothing; ``KernelLogRead.commit()`` does, once the caller has acted on the events.
     ``kernel_log`` is ``NodeSources.kernel_log`` ("auto" | "kmsg" | "journal" | a file path);
     ``gpus`` are NVML facts (anything with index, uuid, pci_bus_id) to name the GPU of each event.
     Raises ``KernelLogError`` (one line) when the log cannot be read.

@@ -1,6 +1,7 @@
 """Where the last run stopped reading, and the flood state, kept in the state dir.
 
-Layout: ``<state_dir>/kernellog/<node>/`` (mode 0750) holding
+Layout: ``<state_dir>/kernellog/<reader>/`` (mode 0750; the runner's readers are
+``<node>.<tier>`` and ``<node>.cli.<tier>``) holding
 
 * ``cursor-<kind>-<hash>.json`` one per source; ``kind`` is file | kmsg | journal:
     file     {"path", "dev", "ino", "offset", "tail_sha256"}: the byte after the last complete
@@ -8,7 +9,7 @@ Layout: ``<state_dir>/kernellog/<node>/`` (mode 0750) holding
     kmsg     {"boot_id", "seq"}: the last /dev/kmsg sequence number read in this boot
     journal  {"cursor"}: journalctl's own cursor
 * ``flood.json``  open events and escalation burst times (``flood.FloodTracker.state``)
-* ``.lock``       held while a run reads and writes the above
+* ``.lock``       held while a read loads the above, and while its commit saves them
 
 Files are written with ``fsutil.atomic_write`` (mode 0640) and read with ``O_NOFOLLOW``; a file
 that is not ours (another owner, a link, unreadable JSON) counts as absent, which leads to a
@@ -24,8 +25,6 @@ from typing import Any, Dict, Iterator, Optional
 
 from ..fsutil import atomic_write, ensure_dir, locked, path_component
 from ..fsutil import read_state_json as read_json
-
-
 
 
 class StateStore:
