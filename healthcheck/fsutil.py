@@ -6,11 +6,13 @@ import fcntl
 import json
 import os
 import stat
-from typing import Any, Dict, Iterator, Optional, Union
+import sys
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 DIR_MODE = 0o750
 FILE_MODE = 0o640
 MAX_STATE_BYTES = 16 * 1024 * 1024
+CORRUPT_SUFFIX = ".corrupt"      # where a state file that does not match its schema is kept
 
 
 def path_component(name: str) -> str:
@@ -63,29 +65,77 @@ def locked(path: str) -> Iterator[None]:
         os.close(fd)
 
 
-def read_state_json(path: str) -> Optional[Dict[str, Any]]:
-    """A JSON object from a state file, or None when absent, a link, not ours, too big or not
-    JSON: a torn or foreign file means starting afresh, never failing the hook."""
+def read_state_json(path: str, problem_of: Optional[Callable[[Dict[str, Any]], Optional[str]]] = None
+                    ) -> Optional[Dict[str, Any]]:
+    """A state file's JSON object, or None: the caller starts afresh, never fails the hook.
+
+    None when the file is absent or not ours (a link, another owner, world-writable, not a
+    regular file): left alone. A file of ours that is too big, not JSON (NaN and Infinity
+    included), not an object, or in which ``problem_of`` finds a problem (its schema) is set
+    aside as ``<path>.corrupt`` for the admin, said once on stderr, and None is returned so
+    that the caller rebuilds it.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if not _is_ours(info) or info.st_size > MAX_STATE_BYTES:
+        if not _is_ours(info):
             return None
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        data = json.loads(b"".join(chunks).decode("utf-8"))
-    except (OSError, ValueError):
+        if info.st_size > MAX_STATE_BYTES:
+            problem: Optional[str] = f"larger than {MAX_STATE_BYTES} bytes"
+        else:
+            data, problem = _parse_json(_read_all(fd))
+    except OSError:
         return None
     finally:
         os.close(fd)
-    return data if isinstance(data, dict) else None
+    if problem is None and not isinstance(data, dict):
+        problem = f"a JSON {type(data).__name__}, not an object"
+    if problem is None and problem_of is not None:
+        problem = problem_of(data)
+    if problem is not None:
+        set_aside(path, problem)
+        return None
+    return data
+
+
+def set_aside(path: str, problem: str) -> str:
+    """Move a corrupt state file to ``<path>.corrupt`` (replacing an older one) and say so once."""
+    aside = path + CORRUPT_SUFFIX
+    try:
+        os.replace(path, aside)
+        done = f"moved to {aside}"
+    except OSError as exc:
+        done = f"could not be moved aside ({exc.strerror or exc})"
+    print(f"slurm-gpu-hooks: state file {path} is unusable ({_one_line(problem)}); {done}; starting afresh",
+          file=sys.stderr)
+    return aside
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a state file holds")
+
+
+def _parse_json(raw: bytes) -> Tuple[Any, Optional[str]]:
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant), None
+    except (ValueError, RecursionError) as exc:
+        return None, f"not JSON: {exc}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:200]
 
 
 def _is_ours(info: os.stat_result) -> bool:

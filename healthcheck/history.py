@@ -9,10 +9,25 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .fsutil import FILE_MODE, atomic_write, ensure_dir, locked, path_component, read_state_json
 from .growth import Series, add_samples
+from .shapes import is_number
+
+
+def history_problem(doc: Dict[str, Any]) -> Optional[str]:
+    """What is wrong with a saved history; None when every sample is [time, value], both numbers."""
+    series = doc.get("series")
+    if not isinstance(series, dict):
+        return "'series' is not an object"
+    for key, samples in series.items():
+        if not isinstance(samples, list):
+            return f"series {key!r} is not a list"
+        for sample in samples:
+            if not (isinstance(sample, list) and len(sample) == 2 and all(is_number(x) for x in sample)):
+                return f"series {key!r} holds {sample!r}, not [time, value]"
+    return None
 
 
 class CounterHistory:
@@ -24,13 +39,12 @@ class CounterHistory:
         self._lock = os.path.join(self.dir, f".{node}.lock")
 
     def load(self) -> Dict[str, Series]:
-        """The saved series; none (a new baseline) when the file is absent, torn or not ours."""
-        doc = read_state_json(self.path)
-        series = doc.get("series") if doc is not None else None
-        if not isinstance(series, dict):
+        """The saved series; none (a new baseline) when the file is absent or not ours, or set
+        aside as ``<file>.corrupt`` when it does not match its schema."""
+        doc = read_state_json(self.path, history_problem)
+        if doc is None:
             return {}
-        return {key: [list(map(float, s)) for s in value if isinstance(s, list) and len(s) == 2]
-                for key, value in series.items() if isinstance(value, list)}
+        return {key: [[float(t), float(v)] for t, v in value] for key, value in doc["series"].items()}
 
     def record(self, samples: Mapping[str, Tuple[float, float]], now: float) -> None:
         """Add ``{key: (value, window_s)}`` at ``now`` (the commit of one run's samples)."""

@@ -22,12 +22,12 @@ from . import sources
 from .catalog import XidCatalog
 from .cursor import StateStore
 from .events import XidEvent
-from .flood import EscalationRule, FloodTracker, group_key
+from .flood import CLOCK_SLACK_S, EscalationRule, FloodTracker, group_key
 from .parser import NEEDLES, Companion, parse_line_split, prefix_is_kernel
 from .pci import GpuMap
 from .scanner import LineScanner, ScanStats
 from .sources import KernelLogError
-from .timestamps import PrefixClock
+from .timestamps import PrefixClock, boot_time
 
 __all__ = ["KernelLogError", "KernelLogRead", "PendingState", "XidSettings", "events_between",
            "read_new_events", "scan_events"]
@@ -189,16 +189,20 @@ def _source_kind(source: str) -> str:
 
 
 def read_new_events(kernel_log: str, state_dir: str, node: str, *, config: Any = None,
-                    gpus: Iterable[Any] = (), now: Optional[float] = None) -> KernelLogRead:
+                    gpus: Iterable[Any] = (), now: Optional[float] = None,
+                    booted: Optional[float] = None) -> KernelLogRead:
     """The hooks' read: only lines new since the last commit for this reader and source.
 
     Saves nothing; ``KernelLogRead.commit()`` does, once the caller has acted on the events.
     ``kernel_log`` is ``NodeSources.kernel_log`` ("auto" | "kmsg" | "journal" | a file path);
     ``gpus`` are NVML facts (anything with index, uuid, pci_bus_id) to name the GPU of each event.
+    ``booted`` is when the running kernel booted (default: /proc/stat's btime): events whose
+    last line is older are marked ``before_boot`` (evidence, never a drain on their own).
     Raises ``KernelLogError`` (one line) when the log cannot be read.
     """
     settings = XidSettings.from_config(config)
     now = time.time() if now is None else now
+    booted = boot_time() if booted is None else booted
     source = sources.resolve(kernel_log)
     kind = _source_kind(source)
     if kind == "-":
@@ -206,14 +210,14 @@ def read_new_events(kernel_log: str, state_dir: str, node: str, *, config: Any =
     identity = sources.KMSG if kind == "kmsg" else "journal" if kind == "journal" else os.path.abspath(source)
     store = StateStore(state_dir, node)
     try:
-        return _read_new_events(store, kind, identity, settings, gpus, now)
+        return _read_new_events(store, kind, identity, settings, gpus, now, booted)
     except OSError as exc:
         # The source readers raise KernelLogError themselves; this is the state dir.
         raise KernelLogError(f"cannot use the state dir {store.dir}: {exc.strerror or exc}") from None
 
 
 def _read_new_events(store: StateStore, kind: str, identity: str, settings: XidSettings,
-                     gpus: Iterable[Any], now: float) -> KernelLogRead:
+                     gpus: Iterable[Any], now: float, booted: Optional[float]) -> KernelLogRead:
     with store.lock():
         state = store.load_flood()
         tracker = FloodTracker(settings.flood_window_s, settings.escalate)
@@ -233,9 +237,15 @@ def _read_new_events(store: StateStore, kind: str, identity: str, settings: XidS
     everything = tracker.events()
     for event in everything:
         gpu_map.annotate(event)
+        event.before_boot = _before(event.last_seen, booted)
     return KernelLogRead(source=identity, events=[event for event in everything if event.count_new > 0],
                          active=tracker.active(now), stats=collector.stats, rescan=result.rescan,
                          pending=PendingState(store, kind, identity, dict(result.cursor), flood_state))
+
+
+def _before(moment: Optional[float], booted: Optional[float]) -> bool:
+    """Written before the running kernel booted (a line without a time cannot be placed: no)."""
+    return moment is not None and booted is not None and moment < booted - CLOCK_SLACK_S
 
 
 def scan_events(kernel_log: str, since: Optional[float] = None, until: Optional[float] = None, *,

@@ -12,8 +12,9 @@ Layout: ``<state_dir>/kernellog/<reader>/`` (mode 0750; the runner's readers are
 * ``.lock``       held while a read loads the above, and while its commit saves them
 
 Files are written with ``fsutil.atomic_write`` (mode 0640) and read with ``O_NOFOLLOW``; a file
-that is not ours (another owner, a link, unreadable JSON) counts as absent, which leads to a
-bounded rescan rather than trusting it.
+that is not ours (another owner, a link) counts as absent, and one of ours that does not match
+its schema below (unreadable JSON, an offset that is not a number, ...) is set aside as
+``<name>.corrupt``; either way the run does a bounded rescan rather than trusting it.
 """
 from __future__ import annotations
 
@@ -25,6 +26,27 @@ from typing import Any, Dict, Iterator, Optional
 
 from ..fsutil import atomic_write, ensure_dir, locked, path_component
 from ..fsutil import read_state_json as read_json
+from ..shapes import field_problem, is_int, is_str, optional
+from .flood import state_problem
+
+_NON_NEGATIVE = lambda value: is_int(value) and value >= 0   # noqa: E731
+# What each kind of cursor must hold ("source" too: the source it belongs to).
+CURSOR_SCHEMAS = {
+    "file": {"dev": is_int, "ino": is_int, "offset": _NON_NEGATIVE, "tail_sha256": is_str},
+    "kmsg": {"boot_id": optional(is_str), "seq": lambda value: is_int(value) and value >= -1},
+    "journal": {"cursor": optional(is_str)},
+}
+_OPTIONAL_FIELDS = {"mid_line": lambda value: isinstance(value, bool)}
+
+
+def cursor_problem(kind: str, data: Dict[str, Any]) -> Optional[str]:
+    """What is wrong with a saved cursor of ``kind``; None when it matches its schema."""
+    schema = CURSOR_SCHEMAS.get(kind)
+    if schema is None:
+        return f"unknown cursor kind {kind!r}"
+    return (field_problem(data, {"source": is_str})
+            or field_problem(data, schema)
+            or field_problem(data, _OPTIONAL_FIELDS, required=False))
 
 
 class StateStore:
@@ -43,16 +65,19 @@ class StateStore:
         return os.path.join(self.dir, f"cursor-{kind}-{digest}.json")
 
     def load_cursor(self, kind: str, source: str) -> Optional[Dict[str, Any]]:
-        data = read_json(self.cursor_path(kind, source))
-        if data is None or data.get("source") != source:
-            return None
-        return data
+        def problem(data: Dict[str, Any]) -> Optional[str]:
+            wrong = cursor_problem(kind, data)
+            if wrong is None and data["source"] != source:
+                wrong = f"it belongs to another source ({data['source']!r})"
+            return wrong
+
+        return read_json(self.cursor_path(kind, source), problem)
 
     def save_cursor(self, kind: str, source: str, cursor: Dict[str, Any]) -> None:
         atomic_write(self.cursor_path(kind, source), json.dumps(dict(cursor, source=source), sort_keys=True))
 
     def load_flood(self) -> Dict[str, Any]:
-        return read_json(os.path.join(self.dir, "flood.json")) or {}
+        return read_json(os.path.join(self.dir, "flood.json"), state_problem) or {}
 
     def save_flood(self, state: Dict[str, Any]) -> None:
         atomic_write(os.path.join(self.dir, "flood.json"), json.dumps(state, sort_keys=True))

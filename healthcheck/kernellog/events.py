@@ -58,6 +58,7 @@ class XidEvent:
     first_seen: Optional[float] = None
     last_seen: Optional[float] = None
     last_uptime: Optional[float] = None
+    before_boot: bool = False                # its last line was written before the running kernel booted
 
     def __post_init__(self) -> None:
         if self.first_seen is None:

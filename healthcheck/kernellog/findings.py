@@ -15,6 +15,11 @@ one finding; so are an Xid 154's successive recovery actions, at the strongest).
 ``job`` is "ok", not "warn": a user's out-of-bounds access says nothing about the node, and
 repeats on one GPU escalate through ``[xid] escalate`` instead. ``[actions] "kernel.xid"`` (or
 ``"kernel.sxid"``) in config, when set, replaces "drain" (e.g. "warn" to only report).
+
+Events whose last line was written before the running kernel booted (``before_boot``) never
+drain on their own: the reboot was the action most of them ask for. A code and GPU seen only
+before the boot is a "warn" finding with action "none" (evidence; ``evidence.before_boot``);
+one also seen since the boot is judged on the lines since the boot.
 """
 from __future__ import annotations
 
@@ -60,12 +65,15 @@ def xid_findings(events: Iterable[XidEvent], gpus: Iterable[Any] = (), config: A
 
 
 def _finding(group: List[XidEvent], gpu_map: GpuMap, configured: Dict[str, str]) -> Finding:
-    strongest = max(group, key=lambda event: action_rank(event.action))
+    current = [event for event in group if not event.before_boot]
+    strongest = max(current or group, key=lambda event: action_rank(event.action))
     action = strongest.action
     check = check_id(strongest)
     status, finding_action = _STATUS.get(action, ("fail", "drain"))
     if finding_action == "drain" and check in configured:
         finding_action = configured[check]
+    if not current and status != "ok":
+        status, finding_action = "warn", "none"
     index, uuid, bus_id = gpu_map.lookup(strongest.pci) if strongest.kind != "sxid" else (None, None, None)
     index = index if index is not None else strongest.gpu
     uuid = uuid or strongest.uuid
@@ -101,12 +109,15 @@ def _finding(group: List[XidEvent], gpu_map: GpuMap, configured: Dict[str, str])
         evidence.update(device=strongest.device, severity=strongest.severity)
     if strongest.recovery_action is not None:
         evidence["recovery_action"] = strongest.recovery_action
-    return Finding(check=check, status=status, action=finding_action,
-                   message=_message(strongest, action, index, count),
+    message = _message(strongest, action, index, count)
+    if not current:
+        evidence["before_boot"] = True
+        message = _message(strongest, action, index, count, before_boot=True)
+    return Finding(check=check, status=status, action=finding_action, message=message,
                    gpu=index, uuid=uuid, pci_bus_id=bus_id or strongest.pci, evidence=evidence)
 
 
-def _message(event: XidEvent, action: str, index: Optional[int], count: int) -> str:
+def _message(event: XidEvent, action: str, index: Optional[int], count: int, before_boot: bool = False) -> str:
     if event.kind == "sxid":
         where = f"{event.device or 'NVSwitch'} ({event.pci})"
         what = f"SXid {event.code} {event.severity or ''}".rstrip()
@@ -116,6 +127,8 @@ def _message(event: XidEvent, action: str, index: Optional[int], count: int) -> 
         described = entry is not None and entry.description and entry.description != "Unused"
         what = f"Xid {event.code}" + (f" ({entry.description})" if described else "")
     times = f" x{count}" if count > 1 else ""
+    if before_boot:
+        return f"{what} on {where}{times} before the current boot: evidence only, not a reason to drain"
     return f"{what} on {where}{times}: {ACTION_TEXT.get(action, action)}"
 
 

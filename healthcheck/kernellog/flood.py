@@ -16,11 +16,12 @@ Times: a line's wall clock when its prefix gives one, else its uptime (within on
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from ..shapes import field_problem, is_int, is_number, is_str, optional
 from .catalog import override_key
-from .events import XidEvent, stronger
+from .events import KINDS, XidEvent, stronger
 
 MAX_GROUPS = 10000          # distinct events kept per read; a hostile log cannot grow memory past it
 DEFAULT_BURST_S = 60.0
@@ -195,3 +196,39 @@ def _state_json(event: XidEvent) -> Dict[str, Any]:
     data = event.to_json()
     data.pop("time_iso", None)
     return data
+
+
+# -- the saved state's schema ---------------------------------------------------------------------
+_BY_ANNOTATION: Dict[str, Callable[[Any], bool]] = {
+    "str": is_str, "int": is_int, "bool": lambda value: isinstance(value, bool),
+    "Optional[str]": optional(is_str), "Optional[int]": optional(is_int), "Optional[float]": optional(is_number),
+}
+# A field of a type not listed here is not checked (it cannot break folding).
+_EVENT_TESTS = {item.name: _BY_ANNOTATION.get(str(item.type), lambda value: True) for item in fields(XidEvent)}
+_EVENT_TESTS["kind"] = lambda value: value in KINDS
+_REQUIRED_EVENT_KEYS = ("kind", "code", "pci", "message")
+
+
+def state_problem(state: Mapping[str, Any]) -> Optional[str]:
+    """What is wrong with a saved flood state (``FloodTracker.state``); None when it is sound."""
+    events = state.get("events", [])
+    if not isinstance(events, list):
+        return "'events' is not a list"
+    for number, event in enumerate(events):
+        if not isinstance(event, dict):
+            return f"events[{number}] is not an object"
+        wrong = field_problem(event, {key: _EVENT_TESTS[key] for key in _REQUIRED_EVENT_KEYS}) or \
+            field_problem(event, {k: t for k, t in _EVENT_TESTS.items() if k in event}, required=False)
+        if wrong:
+            return f"events[{number}]: {wrong}"
+    bursts = state.get("bursts", {})
+    if not isinstance(bursts, dict):
+        return "'bursts' is not an object"
+    for name, entry in bursts.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("starts"), list) or \
+                not all(is_number(start) for start in entry["starts"]) or not is_number(entry.get("last")):
+            return f"bursts[{name!r}] is not {{starts: [numbers], last: number}}"
+    uuids = state.get("uuids", {})
+    if not isinstance(uuids, dict) or not all(is_str(value) for value in uuids.values()):
+        return "'uuids' is not an object of strings"
+    return None
