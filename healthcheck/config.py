@@ -128,6 +128,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "escalate": Field(dict, values=_XID_ESCALATION, check=_xid_code_keys_problem, doc=_XID_KEY_DOC),
         "rescan_bytes": Field(int, minimum=0),
         "source_timeout_s": Field(float, minimum=1),
+        "read_budget_bytes": Field(int, minimum=1024 * 1024),
+        "read_budget_s": Field(float, minimum=0.1),
     },
     "drain": {
         "reason_prefix": Field(str),

@@ -151,6 +151,7 @@ class KernelLogFacts:
     events: List[Any] = field(default_factory=list)
     message: str = ""                            # why it could not be read
     rescan: Optional[str] = None                 # why the cursor was not used (a bounded rescan)
+    capped: Optional[str] = None                 # why the read stopped early (it resumes next run)
     # The read itself (kernellog.api.KernelLogRead): its commit() saves the cursor. Not for checks.
     read: Any = field(default=None, repr=False, compare=False)
 

@@ -39,6 +39,8 @@ class XidSettings:
     flood_window_s: float = 3600.0
     rescan_bytes: int = 4 * 1024 * 1024
     source_timeout_s: float = 20.0
+    read_budget_bytes: int = 256 * 1024 * 1024
+    read_budget_s: float = 10.0
     overrides: Dict[str, str] = field(default_factory=dict)
     escalate: Dict[str, EscalationRule] = field(default_factory=dict)
 
@@ -56,6 +58,8 @@ class XidSettings:
             flood_window_s=float(section.get("flood_window_s", defaults.flood_window_s)),
             rescan_bytes=int(section.get("rescan_bytes", defaults.rescan_bytes)),
             source_timeout_s=float(section.get("source_timeout_s", defaults.source_timeout_s)),
+            read_budget_bytes=int(section.get("read_budget_bytes", defaults.read_budget_bytes)),
+            read_budget_s=float(section.get("read_budget_s", defaults.read_budget_s)),
             overrides=dict(section.get("actions", {})),
             escalate={code: EscalationRule.from_config(rule) for code, rule in section.get("escalate", {}).items()},
         )
@@ -84,6 +88,8 @@ class KernelLogRead:
     active: List[XidEvent]               # + earlier runs' events still within flood_window_s
     stats: ScanStats
     rescan: Optional[str] = None         # why the cursor was not used (a bounded rescan), if it was not
+    # Why this read did not get to the end of the log, or what it did not keep; None: it did.
+    capped: Optional[str] = None
     pending: Optional[PendingState] = field(default=None, repr=False)   # cursor reads only
 
     def commit(self) -> None:
@@ -104,7 +110,7 @@ class _Collector:
 
     def __init__(self, catalog: XidCatalog, gpu_map: GpuMap, tracker: FloodTracker,
                  since: Optional[float] = None, until: Optional[float] = None,
-                 default_time: Optional[float] = None, count_lines: bool = False):
+                 default_time: Optional[float] = None, count_lines: bool = False, resumable: bool = False):
         self.catalog = catalog
         self.gpu_map = gpu_map
         self.tracker = tracker
@@ -112,6 +118,9 @@ class _Collector:
         self.until = until
         self.default_time = default_time
         self.count_lines = count_lines
+        # A read that can resume stops at the first distinct event past the tracker's cap.
+        self.resumable = resumable
+        self.current: Optional[LineScanner] = None
         self.stats = ScanStats()
         self.clock = PrefixClock()
         self._repeat_body = b""
@@ -123,7 +132,8 @@ class _Collector:
     def scanner(self, clock: PrefixClock) -> LineScanner:
         self.clock = clock
         self._repeat_prefix = None
-        return LineScanner(self.on_line, self.stats, self.count_lines)
+        self.current = LineScanner(self.on_line, self.stats, self.count_lines)
+        return self.current
 
     def on_line(self, line: bytes) -> None:
         if self._repeat_body and line.endswith(self._repeat_body) and self._repeat(line):
@@ -180,8 +190,18 @@ class _Collector:
             event.time = event.first_seen = event.last_seen = self.default_time
         if not self._in_window(event.time):
             return
+        if not self.tracker.add(event):
+            if self.resumable and self.current is not None:
+                self.current.stop(f"more than {self.tracker.max_groups} new distinct events in one read")
+            return
         self.stats.events += 1
-        self.tracker.add(event)
+
+    def capped(self) -> Optional[str]:
+        """What a read that went to its end did not keep (an incremental read stops instead)."""
+        if self.tracker.dropped:
+            return (f"{self.tracker.dropped} events past the first {self.tracker.max_groups} distinct ones "
+                    "were not kept")
+        return None
 
 
 def _source_kind(source: str) -> str:
@@ -224,14 +244,17 @@ def _read_new_events(store: StateStore, kind: str, identity: str, settings: XidS
         tracker.seed(state, now)
         learned = state.get("uuids") if isinstance(state.get("uuids"), dict) else {}
         gpu_map = GpuMap(gpus, uuids={str(k): str(v) for k, v in learned.items()})
-        collector = _Collector(XidCatalog(settings.overrides), gpu_map, tracker, default_time=now, count_lines=True)
+        collector = _Collector(XidCatalog(settings.overrides), gpu_map, tracker, default_time=now, count_lines=True,
+                               resumable=True)
         cursor = store.load_cursor(kind, identity)
+        budget = sources.Budget(settings.read_budget_bytes, settings.read_budget_s)
         if kind == "kmsg":
-            result = sources.read_kmsg(sources.KMSG, cursor, collector.scanner)
+            result = sources.read_kmsg(sources.KMSG, cursor, collector.scanner, budget)
         elif kind == "journal":
-            result = sources.read_journal(cursor, settings.rescan_bytes, settings.source_timeout_s, collector.scanner)
+            result = sources.read_journal(cursor, settings.rescan_bytes, settings.source_timeout_s, collector.scanner,
+                                          budget)
         else:
-            result = sources.read_file_incremental(identity, cursor, settings.rescan_bytes, collector.scanner)
+            result = sources.read_file_incremental(identity, cursor, settings.rescan_bytes, collector.scanner, budget)
         flood_state = tracker.state(now)
         flood_state["uuids"] = dict(list(gpu_map.learned.items())[:4096])
     everything = tracker.events()
@@ -240,7 +263,14 @@ def _read_new_events(store: StateStore, kind: str, identity: str, settings: XidS
         event.before_boot = _before(event.last_seen, booted)
     return KernelLogRead(source=identity, events=[event for event in everything if event.count_new > 0],
                          active=tracker.active(now), stats=collector.stats, rescan=result.rescan,
+                         capped=_stopped_text(result.stopped) or collector.capped(),
                          pending=PendingState(store, kind, identity, dict(result.cursor), flood_state))
+
+
+def _stopped_text(stopped: Optional[str]) -> Optional[str]:
+    if stopped is None:
+        return None
+    return f"the read stopped early: {stopped}; the next run reads on from there"
 
 
 def _before(moment: Optional[float], booted: Optional[float]) -> bool:
@@ -271,7 +301,10 @@ def scan_events(kernel_log: str, since: Optional[float] = None, until: Optional[
     events = tracker.events()
     for event in events:
         collector.gpu_map.annotate(event)
-    return KernelLogRead(source=source, events=events, active=events, stats=collector.stats)
+    capped = collector.capped()
+    if capped:
+        collector.stats.problems.append(capped)
+    return KernelLogRead(source=source, events=events, active=events, stats=collector.stats, capped=capped)
 
 
 def events_between(kernel_log: str, since: Optional[float], until: Optional[float] = None, *,

@@ -23,7 +23,7 @@ from ..shapes import field_problem, is_int, is_number, is_str, optional
 from .catalog import override_key
 from .events import KINDS, XidEvent, stronger
 
-MAX_GROUPS = 10000          # distinct events kept per read; a hostile log cannot grow memory past it
+MAX_GROUPS = 10000          # new distinct events per read (and events kept between runs): bounds memory
 DEFAULT_BURST_S = 60.0
 # Syslog and the journal can write lines a little out of order; a reboot sends uptime far back.
 CLOCK_SLACK_S = 60.0
@@ -83,23 +83,27 @@ class FloodTracker:
         self.closed: List[XidEvent] = []
         self.bursts: Dict[str, Bursts] = {}
         self.dropped = 0             # events not kept because max_groups was reached
+        self.added = 0               # distinct events this read added (seeded ones not counted)
         self._order: Dict[int, int] = {}
         self._sequence = 0
 
     # -- folding -------------------------------------------------------------------------------
-    def add(self, event: XidEvent) -> None:
+    def add(self, event: XidEvent) -> bool:
+        """Fold ``event`` in; False when it is a new distinct event past ``max_groups`` for this
+        read (not kept: ``dropped`` counts it; an incremental read stops there and resumes)."""
         key = group_key(event)
         group = self.open.get(key)
         if event.continuation:
             if group is not None:
-                return
+                return True
         elif group is not None and self.repeat(key, event.time, event.uptime):
             if group.severity is None and event.severity is not None:
                 group.severity, group.action, group.action_source = event.severity, event.action, event.action_source
-            return
-        if len(self.open) + len(self.closed) >= self.max_groups:
+            return True
+        if self.added >= self.max_groups:
             self.dropped += 1
-            return
+            return False
+        self.added += 1
         if group is not None:
             self.closed.append(group)
         self.open[key] = event
@@ -107,6 +111,7 @@ class FloodTracker:
         self._sequence += 1
         if not event.continuation:
             self._escalate(event, event.time, event.uptime)
+        return True
 
     def repeat(self, key: GroupKey, moment: Optional[float], uptime: Optional[float]) -> bool:
         """Count one more line of the open event ``key`` (True), unless it falls outside the

@@ -30,7 +30,9 @@ class LineScanner:
     """Feed chunks; ``on_line(line)`` is called for each complete line that holds a needle.
 
     ``consumed`` is the number of bytes up to and including the last newline seen: where a
-    cursor may point so that the next run starts on a line boundary.
+    cursor may point so that the next run starts on a line boundary. ``stop(why)`` (from
+    ``on_line``, or between chunks) ends the scan; stopped from ``on_line``, ``consumed`` is the
+    start of that line, so a read that resumes there reads it again.
     """
 
     def __init__(self, on_line: Callable[[bytes], None], stats: Optional[ScanStats] = None,
@@ -43,7 +45,14 @@ class LineScanner:
         self._pending = bytearray()      # head of a line not yet ended
         self._overlong = False           # the pending line passed MAX_LINE; skipping to its end
         self._discard_first = False
+        self._pending_start = 0          # where the pending line starts (bytes fed before it)
+        self._line_start = 0             # where the line being handed on starts
+        self.stopped: Optional[str] = None
 
+    def stop(self, why: str) -> None:
+        """Hand on nothing more. Called from ``on_line``, the line being handed on is not consumed."""
+        if self.stopped is None:
+            self.stopped = why
     def start_mid_line(self) -> None:
         """The first bytes fed are the tail of a line whose start was not read: drop them."""
         self._discard_first = True
@@ -54,7 +63,7 @@ class LineScanner:
         return not self._discard_first
 
     def feed(self, chunk: bytes) -> None:
-        if not chunk:
+        if not chunk or self.stopped:
             return
         self.stats.bytes_read += len(chunk)
         if self.count_lines:
@@ -75,21 +84,30 @@ class LineScanner:
                 self._offset += len(chunk)
                 return
             self._keep(chunk[:newline])
+            self._line_start = self._pending_start
             self._finish_pending()
+            if self.stopped:
+                self.consumed = self._line_start
+                return
             start = newline + 1
             self.consumed = self._offset + start
         last_newline = chunk.rfind(b"\n", start)
         if last_newline >= 0:
             self._search(chunk, start, last_newline + 1)
+            if self.stopped:
+                self.consumed = self._line_start
+                return
             self.consumed = self._offset + last_newline + 1
             start = last_newline + 1
         if start < len(chunk):
+            if not self._pending and not self._overlong:
+                self._pending_start = self._offset + start
             self._keep(chunk[start:])
         self._offset += len(chunk)
 
     def finish(self) -> None:
         """End of input: a last line without a newline is still a line (a one-shot read)."""
-        if self._discard_first:
+        if self._discard_first or self.stopped:
             return
         if self._pending or self._overlong:
             if self.count_lines:
@@ -130,7 +148,10 @@ class LineScanner:
             if line_end - line_start > MAX_LINE:
                 self.stats.overlong_lines += 1
                 line_end = line_start + MAX_LINE
+            self._line_start = self._offset + line_start
             self._emit(chunk[line_start:line_end])
+            if self.stopped:
+                return
 
     def _emit(self, line: bytes) -> None:
         self.stats.candidate_lines += 1

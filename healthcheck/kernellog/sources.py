@@ -16,7 +16,7 @@ import stat
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .cursor import boot_id, tail_hash
@@ -39,6 +39,33 @@ class KernelLogError(Exception):
 class Incremental:
     cursor: Dict[str, Any]
     rescan: Optional[str] = None          # why the old cursor was not used, when it was not
+    stopped: Optional[str] = None         # why the read stopped before the end (it resumes there)
+
+
+@dataclass
+class Budget:
+    """What one incremental read may take; None: no bound. Checked between chunks, and only once
+    the read has moved its cursor, so every read makes progress."""
+    max_bytes: Optional[int] = None
+    max_seconds: Optional[float] = None
+    started: float = field(default_factory=time.monotonic)
+
+    def exhausted(self, bytes_read: int) -> Optional[str]:
+        if self.max_bytes is not None and bytes_read >= self.max_bytes:
+            return f"the read budget of {self.max_bytes} bytes ([xid] read_budget_bytes) was spent"
+        if self.max_seconds is not None and time.monotonic() - self.started >= self.max_seconds:
+            return f"the read budget of {self.max_seconds:g} s ([xid] read_budget_s) was spent"
+        return None
+
+
+def _over_budget(budget: Optional[Budget], scanner: LineScanner) -> bool:
+    """Stop ``scanner`` when the budget is spent and it has consumed something."""
+    if budget is None or scanner.consumed <= 0:
+        return False
+    why = budget.exhausted(scanner.stats.bytes_read)
+    if why:
+        scanner.stop(why)
+    return why is not None
 
 
 # -- choosing the source ---------------------------------------------------------------------------
@@ -90,9 +117,9 @@ def _is_gzip(fd: int) -> bool:
     return os.pread(fd, 2, 0) == GZIP_MAGIC
 
 
-def _feed_range(fd: int, start: int, end: int, scanner: LineScanner) -> None:
+def _feed_range(fd: int, start: int, end: int, scanner: LineScanner, budget: Optional[Budget] = None) -> None:
     position = start
-    while position < end:
+    while position < end and not scanner.stopped and not _over_budget(budget, scanner):
         chunk = os.pread(fd, min(CHUNK, end - position), position)
         if not chunk:
             break
@@ -173,8 +200,10 @@ def _first_time_after(fd: int, offset: int, clock: PrefixClock) -> Optional[floa
 
 
 def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_bytes: int,
-                          make_scanner: Callable[[PrefixClock], LineScanner]) -> Incremental:
-    """Read what was appended since ``cursor``; a bounded rescan when the cursor does not fit."""
+                          make_scanner: Callable[[PrefixClock], LineScanner],
+                          budget: Optional[Budget] = None) -> Incremental:
+    """Read what was appended since ``cursor``; a bounded rescan when the cursor does not fit.
+    A read stopped by ``budget`` or by its scanner returns the cursor where it stopped."""
     fd = _open_file(path)
     try:
         info = os.fstat(fd)
@@ -182,7 +211,6 @@ def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_by
             raise KernelLogError(f"{path} is compressed: a compressed file cannot be followed; "
                                  "point [paths] kernel_log at the live log")
         clock = file_clock(fd)
-        scanner = make_scanner(clock)
         size = info.st_size
         start: Optional[int] = None
         rescan: Optional[str] = None
@@ -198,7 +226,10 @@ def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_by
                 start = offset
         else:
             rescan = "the file was rotated or replaced"
-            _finish_rotated(path, cursor, rescan_bytes, scanner)
+            resumed = _finish_rotated(path, cursor, rescan_bytes, make_scanner, budget)
+            if resumed is not None:
+                return resumed           # stopped inside the rotated file: the next run goes on there
+        scanner = make_scanner(clock)
         if start is None:
             start = max(0, size - rescan_bytes)
             if start > 0:
@@ -206,16 +237,20 @@ def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_by
                 start -= 1
         elif cursor.get("mid_line"):
             scanner.start_mid_line()
-        _feed_range(fd, start, size, scanner)
+        _feed_range(fd, start, size, scanner, budget)
         offset = min(start + scanner.consumed, size)
         return Incremental({"dev": info.st_dev, "ino": info.st_ino, "offset": offset,
-                            "tail_sha256": tail_hash(fd, offset), "mid_line": not scanner.at_line_start}, rescan)
+                            "tail_sha256": tail_hash(fd, offset), "mid_line": not scanner.at_line_start}, rescan,
+                           scanner.stopped)
     finally:
         os.close(fd)
 
 
-def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int, scanner: LineScanner) -> None:
-    """The rest of the file the cursor points into, now renamed (kern.log.1, messages-20250223)."""
+def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
+                    make_scanner: Callable[[PrefixClock], LineScanner],
+                    budget: Optional[Budget]) -> Optional[Incremental]:
+    """The rest of the file the cursor points into, now renamed (kern.log.1, messages-20250223).
+    Returns a cursor into that file when the read stopped before its end, else None."""
     for candidate in glob.glob(glob.escape(path) + ".1") + glob.glob(glob.escape(path) + "-[0-9]*"):
         if candidate.endswith(".gz"):
             continue
@@ -229,17 +264,23 @@ def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int, scanne
                 continue
             offset = int(cursor.get("offset", 0))
             if offset > info.st_size or tail_hash(fd, offset) != cursor.get("tail_sha256"):
-                return
+                return None
             start = max(offset, info.st_size - rescan_bytes)
-            rotated = LineScanner(scanner.on_line, scanner.stats, scanner.count_lines)
+            rotated = make_scanner(file_clock(fd))
             if start > offset:
                 rotated.start_mid_line()
                 start -= 1
-            _feed_range(fd, start, info.st_size, rotated)
+            _feed_range(fd, start, info.st_size, rotated, budget)
+            if rotated.stopped:
+                at = min(start + rotated.consumed, info.st_size)
+                return Incremental({"dev": info.st_dev, "ino": info.st_ino, "offset": at,
+                                    "tail_sha256": tail_hash(fd, at), "mid_line": not rotated.at_line_start},
+                                   "the file was rotated or replaced", rotated.stopped)
             rotated.finish()
-            return
+            return None
         finally:
             os.close(fd)
+    return None
 
 
 # -- /dev/kmsg -------------------------------------------------------------------------------------
@@ -287,7 +328,7 @@ def _kmsg_seq(record: bytes) -> Optional[int]:
 
 
 def read_kmsg(path: str, cursor: Optional[Dict[str, Any]],
-              make_scanner: Callable[[PrefixClock], LineScanner]) -> Incremental:
+              make_scanner: Callable[[PrefixClock], LineScanner], budget: Optional[Budget] = None) -> Incremental:
     """Records after the cursor's sequence number in this boot; every record after a reboot
     (the ring buffer itself is the bound)."""
     current_boot = boot_id()
@@ -300,20 +341,45 @@ def read_kmsg(path: str, cursor: Optional[Dict[str, Any]],
     else:
         after = int(cursor.get("seq", -1))
     scanner = make_scanner(PrefixClock(boot_time=boot_time()))
-    last = after
-    batch = bytearray()
+    batch = _KmsgBatch(scanner, after)
     for record in _kmsg_records(path):
         seq = _kmsg_seq(record)
         if seq is None or seq <= after:
             continue
-        last = max(last, seq)
-        batch += record + b"\n"
-        if len(batch) >= CHUNK:
-            scanner.feed(bytes(batch))
-            batch.clear()
-    scanner.feed(bytes(batch))
+        if not batch.add(record, seq) or _over_budget(budget, scanner):
+            break
+    batch.flush()
     scanner.finish()
-    return Incremental({"boot_id": current_boot, "seq": last}, rescan)
+    return Incremental({"boot_id": current_boot, "seq": batch.last}, rescan, scanner.stopped)
+
+
+class _KmsgBatch:
+    """Records fed to the scanner a chunk at a time; ``last`` is the sequence number of the last
+    record the scanner consumed (when it stops on a record, the one before it)."""
+
+    def __init__(self, scanner: LineScanner, after: int):
+        self.scanner = scanner
+        self.last = after
+        self.bytes = bytearray()
+        self.ends: List[Tuple[int, int]] = []       # (scanner offset after the record, seq)
+        self.fed = 0
+
+    def add(self, record: bytes, seq: int) -> bool:
+        self.bytes += record + b"\n"
+        self.ends.append((self.fed + len(self.bytes), seq))
+        return self.flush() if len(self.bytes) >= CHUNK else True
+
+    def flush(self) -> bool:
+        """Feed what is batched; False once the scanner has stopped."""
+        if self.bytes and not self.scanner.stopped:
+            self.scanner.feed(bytes(self.bytes))
+            self.fed += len(self.bytes)
+            self.bytes.clear()
+            for end, seq in self.ends:
+                if end <= self.scanner.consumed:
+                    self.last = max(self.last, seq)
+            self.ends.clear()
+        return not self.scanner.stopped
 
 
 # -- journalctl ------------------------------------------------------------------------------------
@@ -368,13 +434,23 @@ def _run_streaming(argv: List[str], timeout: float, on_chunk: Callable[[bytes], 
 class _CursorTail:
     """Keeps the end of journalctl's output, where ``-- cursor: ...`` (or ``-- No entries --``) is."""
 
-    def __init__(self, scanner: LineScanner):
+    def __init__(self, scanner: LineScanner, budget: Optional[Budget] = None):
         self.scanner = scanner
+        self.budget = budget
         self.tail = b""
+        self.skipped = 0                 # bytes not examined after the scanner stopped
 
     def __call__(self, chunk: bytes) -> None:
-        self.scanner.feed(chunk)
+        if self.scanner.stopped or _over_budget(self.budget, self.scanner):
+            self.skipped += len(chunk)
+        else:
+            self.scanner.feed(chunk)
         self.tail = (self.tail + chunk)[-4096:]
+
+    def stopped(self) -> Optional[str]:
+        if not self.scanner.stopped:
+            return None
+        return f"{self.scanner.stopped}; the journal cannot resume mid-way: {self.skipped} bytes after it were not examined"
 
     def no_entries(self) -> bool:
         # journalctl 252 exits 1 with --show-cursor when there is nothing to show.
@@ -388,26 +464,29 @@ class _CursorTail:
 
 
 def read_journal(cursor: Optional[Dict[str, Any]], rescan_bytes: int, timeout: float,
-                 make_scanner: Callable[[PrefixClock], LineScanner]) -> Incremental:
+                 make_scanner: Callable[[PrefixClock], LineScanner], budget: Optional[Budget] = None) -> Incremental:
+    """What journalctl -k gained after the cursor. journalctl gives one cursor, at the end, so a
+    read stopped early (by the budget or the distinct-event cap) cannot resume mid-way: it says
+    how many bytes after the stop were not examined."""
     rescan = None
     previous = (cursor or {}).get("cursor")
     bounded = ["-b", "-n", str(max(1000, rescan_bytes // JOURNAL_BYTES_PER_LINE))]
     if previous:
-        tail = _CursorTail(make_scanner(PrefixClock()))
+        tail = _CursorTail(make_scanner(PrefixClock()), budget)
         code, errors = _run_streaming(_journal_argv(["--show-cursor", f"--after-cursor={previous}"]),
                                       timeout, tail)
         if code == 0 or tail.no_entries():
             tail.scanner.finish()
-            return Incremental({"cursor": tail.cursor() or previous}, None)
+            return Incremental({"cursor": tail.cursor() or previous}, None, tail.stopped())
         rescan = "journalctl refused the cursor"
     else:
         rescan = "no cursor yet"
-    tail = _CursorTail(make_scanner(PrefixClock()))
+    tail = _CursorTail(make_scanner(PrefixClock()), budget)
     code, errors = _run_streaming(_journal_argv(["--show-cursor"] + bounded), timeout, tail)
     if code != 0 and not tail.no_entries():
         raise KernelLogError(f"journalctl -k failed: {_first_line(errors) or f'exit status {code}'}")
     tail.scanner.finish()
-    return Incremental({"cursor": tail.cursor() or previous}, rescan)
+    return Incremental({"cursor": tail.cursor() or previous}, rescan, tail.stopped())
 
 
 def _first_line(errors: bytes) -> str:

@@ -28,4 +28,4 @@ def probe_kernel_log(kernel_log: str, state_dir: str, node: str, tier: str, conf
                                gpus=gpus, now=now)
     except (KernelLogError, ValueError) as exc:
         return KernelLogFacts(status="error", source=kernel_log, message=str(exc))
-    return KernelLogFacts(source=read.source, events=read.events, rescan=read.rescan, read=read)
+    return KernelLogFacts(source=read.source, events=read.events, rescan=read.rescan, capped=read.capped, read=read)
