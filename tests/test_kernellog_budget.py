@@ -125,3 +125,20 @@ def test_the_health_check_says_a_read_stopped_early_and_drains_nothing_for_it(tm
     assert (finding.check, finding.status, finding.action) == ("kernel.xid", "warn", "none")
     assert "the read stopped early" in finding.message and finding.evidence["capped"]
     assert run_checks(cfg, "n1", "health", sources=sources_, commit=True).findings == []
+
+
+def test_a_read_stopped_in_a_rotated_file_goes_on_there_then_in_the_new_one(tmp_path):
+    config = Config.from_document({"xid": {"read_budget_bytes": 1024 * 1024, "rescan_bytes": 64 * 1024 * 1024}}, None)
+    log, state = tmp_path / "kern.log", str(tmp_path / "state")
+    log.write_text(distinct_xids(1))
+    first = read_new_events(str(log), state, "gpu1", config=config)
+    first.commit()
+    with open(log, "a") as handle:          # > 2 chunks appended, then the file rotates
+        handle.write("".join(NOISE.format(n=n) for n in range(80000)) + distinct_xids(3, start=1))
+    os.rename(log, str(log) + ".1")
+    log.write_text(distinct_xids(2, start=4))
+    seen, capped = read_all(log, state, config)
+    assert len(seen) >= 2 and capped[-1] is None
+    assert "read budget" in capped[0] and seen[0] == []   # stopped in the noise of kern.log.1
+    every = [key for events in seen for key in keys(events)]
+    assert len(every) == len(set(every)) == 5
