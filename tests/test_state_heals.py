@@ -141,3 +141,18 @@ def test_a_link_or_foreign_file_is_left_alone(tmp_path, capsys):
     assert store.load() == {}
     assert os.path.islink(store.path) and not os.path.exists(store.path + ".corrupt")
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("kind, good, bad", [
+    ("kmsg", {"boot_id": "b-1", "seq": 41}, [{"seq": None}, {"seq": "abc"}, {"seq": -2}, {"boot_id": 5}]),
+    ("journal", {"cursor": "s=abc;i=1"}, [{"cursor": 5}, {"cursor": []}]),
+    ("file", {"dev": 1, "ino": 2, "offset": 3, "tail_sha256": "ab"}, [{"ino": 1.5}, {"tail_sha256": None},
+                                                                     {"mid_line": "yes"}]),
+])
+def test_every_cursor_kind_has_a_schema(kind, good, bad):
+    from healthcheck.kernellog.cursor import cursor_problem
+
+    assert cursor_problem(kind, dict(good, source="x")) is None
+    for change in bad:
+        assert cursor_problem(kind, dict(good, source="x", **change)) is not None, change
+    assert cursor_problem(kind, dict(good)) == "'source' is missing"
