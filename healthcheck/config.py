@@ -114,8 +114,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "probe_timeout_s": Field(float, minimum=0.1),
     },
     "sim": {
-        "profile": Field(str),
-        "nodes": Field(dict, values=Field(str)),
+        "profile": Field(str, doc="a shipped profile's name (h100-healthy) or a profile file's path"),
+        "nodes": Field(dict, values=Field(str), doc="node name -> shipped profile name or file path"),
     },
     "nodes": Field(list, item=NODE_SCHEMA),
     "thresholds": Field(dict, values=_NUMBER),
@@ -245,9 +245,16 @@ class Config:
         return {}
 
     def sim_profile_path(self, node: str) -> Optional[str]:
+        """The profile file for ``node``: ``[sim] nodes.<node>``, else ``[sim] profile``; a bare
+        name is a shipped profile, a path is relative to the config file (ValueError: unknown name)."""
         sim = self.section("sim")
         chosen = sim.get("nodes", {}).get(node) or sim.get("profile")
-        return self.resolve(chosen) if chosen else None
+        return self.resolve_profile(chosen) if chosen else None
+
+    def resolve_profile(self, value: str) -> str:
+        from .sim import shipped
+
+        return shipped.resolve(value, self.base_dir)
 
     def threshold(self, name: str) -> float:
         return self.data["thresholds"][name]

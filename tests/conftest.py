@@ -8,7 +8,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ETC = os.path.join(ROOT, "etc")
-SIM_PROFILES = os.path.join(ETC, "sim")
+SIM_PROFILES = os.path.join(ROOT, "healthcheck", "data", "sim")   # the shipped profiles
 
 
 @pytest.fixture

@@ -123,10 +123,16 @@ def test_hooks_config_is_valid_and_binds_each_node_to_a_profile():
     assert config.section("drain")["reason_prefix"] == "gpu-hooks:"
 
 
-def test_shipped_profile_exists_for_the_lab():
-    from slurm_hooks.lab.cluster import source_tree
+def test_the_lab_copies_the_shipped_profiles(tmp_path):
+    from healthcheck.sim import shipped
+    from slurm_hooks.lab.cluster import copy_sim_profiles
+    from slurm_hooks.lab.paths import LabPaths
 
-    assert os.path.isfile(os.path.join(source_tree(), "etc", "sim", "h100-healthy.toml"))
+    lab = LabPaths(str(tmp_path))
+    os.makedirs(lab.sim_profiles)
+    copy_sim_profiles(lab)
+    copied = sorted(name[:-5] for name in os.listdir(lab.sim_profiles))
+    assert "h100-healthy" in copied and copied == shipped.shipped_names()
 
 
 def test_wrappers_set_config_paths_and_never_path(tmp_path):

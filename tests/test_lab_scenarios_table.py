@@ -74,12 +74,9 @@ def test_format_results_shows_every_job():
 
 # -- the payload on a simulated node ------------------------------------------------------------
 def _sim_config(tmp_path):
-    from slurm_hooks.lab.cluster import source_tree
-
-    profile = os.path.join(source_tree(), "etc", "sim", "h100-healthy.toml")
     path = tmp_path / "config.toml"
     path.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[gpu]\nbackend = "sim"\n'
-                    f'[sim]\nprofile = "{profile}"\n')
+                    '[sim]\nprofile = "h100-healthy"\n')
     return str(path)
 
 

@@ -43,7 +43,8 @@ def _give_up(message: str) -> "click.exceptions.Exit":
 @click.option("--node", metavar="NAME", default=None,
               help="Node name (default: $SLURMD_NODENAME, else the short hostname); picks the [[nodes]] entry.")
 @click.option("--sim", "sim_profile", metavar="PROFILE", default=None,
-              help="Check a simulated node built from this profile instead of the real hardware.")
+              help="Check a simulated node instead of the real hardware: a shipped profile's name "
+                   "(h100-ecc-dbe; `slurm-gpu sim profiles` lists them) or a profile file's path.")
 @click.option("--tier", type=click.Choice(TIERS), default="health", show_default=True,
               help="Which checks: prolog (fast), health (all), deep (plus DCGM diagnostics).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -83,11 +84,13 @@ def check(config_path: Optional[str], node: Optional[str], sim_profile: Optional
 
 @contextlib.contextmanager
 def _sources(cfg: Config, node: str, sim_profile: Optional[str]) -> Iterator:
+    from healthcheck.sim import shipped
     from healthcheck.sources import node_sources, sim_sources
 
     if sim_profile is None:
         yield node_sources(cfg, node)
         return
+    sim_profile = shipped.resolve(sim_profile)
     if cfg.sets("paths", "state_dir"):
         yield sim_sources(node, cfg.state_dir, sim_profile)
         return

@@ -23,12 +23,17 @@ def referenced_file_problems(cfg: Config) -> List[str]:
     named = [("sim.profile", sim["profile"])] if sim.get("profile") else []
     named += [(f"sim.nodes.{node}", path) for node, path in sim.get("nodes", {}).items()]
     problems = []
-    for key, path in named:
+    for key, value in named:
         try:
-            load_profile(cfg.resolve(path))
+            path = cfg.resolve_profile(value)
+        except ValueError as exc:
+            problems.append(f"{cfg.path}: {key}: {exc}")
+            continue
+        try:
+            load_profile(path)
         except ProfileError as exc:
             first = exc.problems[0]
-            problems.append(f"{cfg.path}: {key}: {cfg.resolve(path)}: {first[0]}: {first[1]}; {first[2]}")
+            problems.append(f"{cfg.path}: {key}: {path}: {first[0]}: {first[1]}; {first[2]}")
     return problems
 
 

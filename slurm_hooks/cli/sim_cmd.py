@@ -1,4 +1,4 @@
-"""``slurm-gpu sim inject | reset | show``: break and mend simulated hardware while jobs run."""
+"""``slurm-gpu sim inject | reset | show | profiles``: break and mend simulated hardware while jobs run."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,10 @@ from .common import config_option, fail, load_config
 
 def _sim_node(config_path: Optional[str], node: str) -> SimNode:
     cfg = load_config(config_path)
-    profile = cfg.sim_profile_path(node)
+    try:
+        profile = cfg.sim_profile_path(node)
+    except ValueError as exc:
+        fail(str(exc))
     if profile is None:
         where = cfg.path or f"the config (none given, and {DEFAULT_CONFIG_PATH} does not exist)"
         fail(f"node {node!r} has no simulator profile ([sim] profile or [sim] nodes.{node} in {where})")
@@ -79,3 +82,20 @@ def show(config_path: Optional[str], node: str) -> None:
     target = _sim_node(config_path, node)
     profile = _guard(target.ensure)
     click.echo(tomlio.dumps(profile), nl=False)
+
+
+@sim.command()
+def profiles() -> None:
+    """List the shipped simulator profiles: name and what each simulates.
+
+    A name goes wherever a profile is expected: `slurm-gpu check --sim h100-ecc-dbe`,
+    `[sim] profile = "h100-healthy"` in the config.
+
+    Example: slurm-gpu sim profiles
+    """
+    from healthcheck.sim import shipped
+    from healthcheck.sim.profile import load_profile
+
+    for name in shipped.shipped_names():
+        profile = _guard(lambda: load_profile(shipped.resolve(name)))
+        click.echo(f"{name:<28} {profile['node'].get('description', '')}".rstrip())

@@ -12,8 +12,6 @@ import stat
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-import slurm_hooks
-
 from . import LabError
 from . import daemons as D
 from . import paths as P
@@ -105,16 +103,15 @@ def db_password(lab: LabPaths) -> str:
     return value
 
 
-def source_tree() -> str:
-    """The working tree this package runs from (the lab installs its hooks from there)."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(slurm_hooks.__file__)))
-
-
 def copy_sim_profiles(lab: LabPaths) -> None:
-    source = os.path.join(source_tree(), "etc", "sim")
+    """Copy the shipped simulator profiles (package data) into the lab's etc/sim."""
+    from healthcheck.sim import shipped
+
+    source = shipped.shipped_dir()
     profiles = sorted(glob.glob(os.path.join(source, "*.toml")))
     if not any(os.path.basename(p) == "h100-healthy.toml" for p in profiles):
-        raise LabError(f"no simulator profiles in {source} (the lab runs from a source checkout)")
+        raise LabError(f"no simulator profiles in {source}: this installation of slurm-gpu-hooks is incomplete "
+                       "(reinstall it, or run from a checkout of the repository)")
     for profile in profiles:
         with open(profile, encoding="utf-8") as handle:
             write_if_changed(os.path.join(lab.sim_profiles, os.path.basename(profile)), handle.read(), 0o644)
