@@ -14,6 +14,7 @@ SUBCOMMANDS: Dict[str, str] = {
     "check": "slurm_hooks.cli.check_cmd:check",
     "xid": "slurm_hooks.cli.xid_cmd:xid",
     "lab": "slurm_hooks.cli.lab_cmd:lab",
+    "slurm-conf": "slurm_hooks.cli.slurm_conf_cmd:slurm_conf",
 }
 
 HELP = {
@@ -22,6 +23,7 @@ HELP = {
     "check": "Run the GPU, NVLink and InfiniBand checks on this node.",
     "xid": "Scan kernel logs for Xid events and explain Xid codes.",
     "lab": "A real Slurm cluster on this machine, for tests and the demo.",
+    "slurm-conf": "Print the slurm.conf lines that plug the installed hooks into Slurm.",
 }
 
 
@@ -46,4 +48,7 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="slurm-gpu-hooks")
 def main() -> None:
-    """Keep Slurm jobs off broken GPU nodes, and say why every job ended."""
+    """Keep Slurm jobs off broken GPU nodes, and say why every job ended.
+
+    Example: slurm-gpu check --sim h100-ecc-dbe
+    """

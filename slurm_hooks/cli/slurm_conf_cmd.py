@@ -1,0 +1,68 @@
+"""``slurm-gpu slurm-conf``: the slurm.conf lines that plug this installation's hooks into Slurm.
+
+The text is data (``slurm_hooks/data/slurm.conf.tmpl``); ``etc/slurm.conf.snippet`` is the same
+text for the layout docs/install.md recommends (a test keeps the two equal).
+"""
+from __future__ import annotations
+
+import os
+import string
+import sys
+from importlib import resources
+from typing import Optional
+
+import click
+
+from .common import fail
+
+HOOK_COMMANDS = ("slurm-gpu-prolog", "slurm-gpu-epilog", "slurm-gpu-healthcheck")
+NODE_STATES = ("ANY", "IDLE", "ALLOC", "MIXED", "NONDRAINED_IDLE")
+DEFAULT_INTERVAL_S = 300
+
+
+def render(bin_dir: str, interval: int = DEFAULT_INTERVAL_S, node_state: str = "ANY") -> str:
+    text = resources.files("slurm_hooks").joinpath("data/slurm.conf.tmpl").read_text("utf-8")
+    return string.Template(text).substitute(bin_dir=bin_dir.rstrip("/") or "/", interval=interval,
+                                            node_state=node_state)
+
+
+def installed_bin_dir(argv0: str = "", executable: str = "") -> Optional[str]:
+    """Where this installation's hook commands are: beside the ``slurm-gpu`` that runs, as it was
+    called (so a stable symlinked path such as /opt/slurm-gpu-hooks/current/bin stays stable),
+    else beside the Python running it. None when neither holds the hooks."""
+    argv0 = argv0 or sys.argv[0]
+    executable = executable or sys.executable
+    candidates = []
+    if argv0 and os.path.basename(argv0) == "slurm-gpu":
+        candidates.append(os.path.dirname(os.path.abspath(argv0)))
+    candidates.append(os.path.dirname(os.path.abspath(executable)))
+    for directory in candidates:
+        if all(os.access(os.path.join(directory, name), os.X_OK) for name in HOOK_COMMANDS):
+            return directory
+    return None
+
+
+@click.command("slurm-conf")
+@click.option("--bin-dir", metavar="DIR", default=None,
+              help="Directory of the installed hook commands (default: where this slurm-gpu is, "
+                   "as it was called; call it by its stable path, e.g. /opt/slurm-gpu-hooks/current/bin).")
+@click.option("--interval", type=click.IntRange(min=10), default=DEFAULT_INTERVAL_S, show_default=True,
+              metavar="SECONDS", help="HealthCheckInterval: seconds between two health checks of a node.")
+@click.option("--node-state", type=click.Choice(NODE_STATES), default="ANY", show_default=True,
+              help="HealthCheckNodeState: which nodes the health check runs on.")
+def slurm_conf(bin_dir: Optional[str], interval: int, node_state: str) -> None:
+    """Print the slurm.conf lines for this installation: PrologFlags, Prolog, Epilog,
+    EpilogSlurmctld, HealthCheckProgram (absolute paths of the installed commands),
+    HealthCheckInterval and HealthCheckNodeState, each with a comment.
+
+    Example: /opt/slurm-gpu-hooks/current/bin/slurm-gpu slurm-conf >> /etc/slurm/slurm.conf
+    """
+    if bin_dir is None:
+        bin_dir = installed_bin_dir()
+        if bin_dir is None:
+            fail("cannot tell where the hook commands are installed; give --bin-dir DIR")
+    elif not os.path.isabs(bin_dir):
+        fail(f"--bin-dir must be an absolute path (Slurm runs the hooks without PATH): {bin_dir!r}")
+    if any(char.isspace() or char in "#\\\"'" or not char.isprintable() for char in bin_dir):
+        fail(f"--bin-dir {bin_dir!r} cannot go into slurm.conf (no blanks, quotes, '#' or backslashes)")
+    click.echo(render(bin_dir, interval, node_state), nl=False)

@@ -1,0 +1,87 @@
+"""``slurm-gpu slurm-conf``: the slurm.conf lines for this installation, and etc/slurm.conf.snippet."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from slurm_hooks.cli.slurm_conf_cmd import HOOK_COMMANDS, installed_bin_dir
+
+from .conftest import ETC, run_cli
+
+STABLE = "/opt/slurm-gpu-hooks/current/bin"
+
+
+def settings(text):
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_the_snippet_in_etc_is_what_the_command_prints_for_the_documented_layout():
+    result = run_cli(["slurm-conf", "--bin-dir", STABLE])
+    assert result.exit_code == 0, result.stderr
+    with open(os.path.join(ETC, "slurm.conf.snippet"), encoding="utf-8") as handle:
+        assert handle.read() == result.stdout, "regenerate: slurm-gpu slurm-conf --bin-dir " + STABLE
+
+
+def test_the_lines_name_every_hook_by_absolute_path():
+    result = run_cli(["slurm-conf", "--bin-dir", STABLE + "/", "--interval", "120", "--node-state", "IDLE"])
+    assert result.exit_code == 0, result.stderr
+    assert settings(result.stdout) == {
+        "PrologFlags": "Alloc",
+        "Prolog": f"{STABLE}/slurm-gpu-prolog",
+        "Epilog": f"{STABLE}/slurm-gpu-epilog",
+        "EpilogSlurmctld": f"{STABLE}/slurm-gpu-epilog",
+        "HealthCheckProgram": f"{STABLE}/slurm-gpu-healthcheck",
+        "HealthCheckInterval": "120",
+        "HealthCheckNodeState": "IDLE",
+    }
+
+
+def test_every_setting_has_its_comment_right_above():
+    lines = run_cli(["slurm-conf", "--bin-dir", STABLE]).stdout.splitlines()
+    for index, line in enumerate(lines):
+        if line and not line.startswith("#"):
+            assert index > 0 and lines[index - 1].startswith("# ") and len(lines[index - 1]) > 10, line
+
+
+def test_by_default_the_paths_are_this_installation_and_exist():
+    result = run_cli(["slurm-conf"])
+    assert result.exit_code == 0, result.stderr
+    found = settings(result.stdout)
+    for key in ("Prolog", "Epilog", "EpilogSlurmctld", "HealthCheckProgram"):
+        assert os.path.isabs(found[key]) and os.access(found[key], os.X_OK), found[key]
+
+
+def _fake_install(root):
+    real = root / "0.1.0" / "bin"
+    real.mkdir(parents=True)
+    for name in (*HOOK_COMMANDS, "slurm-gpu", "python"):
+        (real / name).write_text("#!/bin/sh\n")
+        (real / name).chmod(0o755)
+    (root / "current").symlink_to("0.1.0")
+    return real
+
+
+def test_the_bin_dir_is_the_path_slurm_gpu_was_called_by(tmp_path):
+    """Called through /opt/.../current/bin, the lines keep that stable path (upgrades flip the link)."""
+    real = _fake_install(tmp_path)
+    called = str(tmp_path / "current" / "bin" / "slurm-gpu")
+    assert installed_bin_dir(called, str(real / "python")) == str(tmp_path / "current" / "bin")
+    assert installed_bin_dir("/usr/lib/python3/dist-packages/pytest", str(real / "python")) == str(real)
+    assert installed_bin_dir("slurm-gpu", str(tmp_path / "python")) is None
+
+
+@pytest.mark.parametrize("bin_dir,needle", [
+    ("relative/bin", "must be an absolute path"),
+    ("/opt/my hooks/bin", "cannot go into slurm.conf"),
+    ("/opt/hooks#1/bin", "cannot go into slurm.conf"),
+])
+def test_a_bin_dir_slurm_cannot_use_is_one_line(bin_dir, needle):
+    result = run_cli(["slurm-conf", "--bin-dir", bin_dir])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and needle in result.stderr
+
+
+def test_an_interval_too_short_is_refused():
+    result = run_cli(["slurm-conf", "--bin-dir", STABLE, "--interval", "1"])
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
