@@ -1,8 +1,11 @@
 """Shared fixtures: paths into the working tree and a simulated node on a temp state dir."""
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -48,3 +51,15 @@ def run_cli(args, env=None):
     merged.pop("SLURM_GPU_HOOKS_CONFIG", None)
     merged.update(env or {})
     return runner.invoke(main, list(args), env=merged, catch_exceptions=False)
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory):
+    """The project's wheel, built once per session with ``python -m build`` (as docs/install.md says)."""
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), ROOT],
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    wheels = glob.glob(os.path.join(str(out), "slurm_gpu_hooks-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]

@@ -1,34 +1,78 @@
-"""``pip install .`` in a clean venv gives the four commands, and the hooks stay lean."""
+"""The wheel holds everything the commands need: installed into a clean venv (not editable, no
+source tree), it gives the four commands, the built-in defaults and the shipped simulator
+profiles; and the hooks stay lean."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import venv
+import zipfile
+
+import pytest
+
+from healthcheck.sim import shipped
 
 from .conftest import ROOT
 
 COMMANDS = ("slurm-gpu", "slurm-gpu-prolog", "slurm-gpu-epilog", "slurm-gpu-healthcheck")
 
 
-def test_pip_install_gives_the_four_commands(tmp_path):
-    target = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def installed(built_wheel, tmp_path_factory):
+    """A fresh venv with only the wheel (and its dependencies) installed: its bin/ directory."""
+    target = tmp_path_factory.mktemp("installed") / "venv"
     venv.EnvBuilder(with_pip=True).create(target)
-    python = str(target / "bin" / "python")
-    install = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", ROOT],
-                             capture_output=True, text=True, timeout=600)
+    install = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "-q",
+                              "--disable-pip-version-check", built_wheel],
+                             capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert install.returncode == 0, install.stderr[-2000:]
+    return target / "bin"
+
+
+def _run(argv, cwd, **kw):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd)}      # no PYTHONPATH, no source tree
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=str(cwd), env=env,
+                          stdin=subprocess.DEVNULL, **kw)
+
+
+def test_the_wheel_holds_the_data_the_commands_read(built_wheel):
+    names = set(zipfile.ZipFile(built_wheel).namelist())
+    for profile in shipped.shipped_names():
+        assert f"healthcheck/data/sim/{profile}.toml" in names, profile
+    for data in ("healthcheck/data/defaults.toml", "healthcheck/data/sim-defaults.toml",
+                 "healthcheck/data/xid-catalog.tsv", "slurm_hooks/data/lab-slurm.conf.tmpl"):
+        assert data in names, data
+    assert not any(name.startswith(("tests/", "etc/", "docs/")) for name in names)
+
+
+def test_pip_install_gives_the_four_commands(installed, tmp_path):
     for command in COMMANDS:
-        assert os.access(target / "bin" / command, os.X_OK), command
-    helped = subprocess.run([str(target / "bin" / "slurm-gpu"), "--help"], capture_output=True, text=True, timeout=60)
+        assert os.access(installed / command, os.X_OK), command
+    helped = _run([str(installed / "slurm-gpu"), "--help"], tmp_path)
     assert helped.returncode == 0
-    for sub in ("check", "config", "lab", "sim", "xid"):
+    for sub in ("check", "config", "lab", "sim", "slurm-conf", "xid"):
         assert f"  {sub} " in helped.stdout, helped.stdout
     # Package data travels with the wheel: the config check needs the built-in defaults.
-    checked = subprocess.run([str(target / "bin" / "slurm-gpu"), "config", "check",
-                              os.path.join(ROOT, "etc", "slurm-gpu-hooks.toml")],
-                             capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    checked = _run([str(installed / "slurm-gpu"), "config", "check", os.path.join(ROOT, "etc", "slurm-gpu-hooks.toml")],
+                   tmp_path)
     assert checked.returncode == 0, checked.stderr
+
+
+def test_installed_check_runs_a_shipped_profile_by_name(installed, tmp_path):
+    done = _run([str(installed / "slurm-gpu"), "check", "--sim", "h100-ecc-dbe", "--node", "gpu1", "--json"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    report = json.loads(done.stdout)
+    assert report["status"] == "fail"
+    assert {"gpu.ecc.uncorrectable", "kernel.xid"} <= {f["check"] for f in report["findings"]}
+    assert all(f["gpu"] == 3 for f in report["findings"] if f["check"] == "gpu.ecc.uncorrectable")
+    # The profile came from the installed package, not from this checkout.
+    listed = _run([str(installed / "slurm-gpu"), "sim", "profiles"], tmp_path)
+    assert listed.returncode == 0 and listed.stdout.split()[0] in shipped.shipped_names()
+    where = _run([str(installed / "python"), "-c", "from healthcheck.sim import shipped; print(shipped.shipped_dir())"],
+                 tmp_path)
+    assert where.stdout.strip().startswith(str(installed.parent)), where.stdout
 
 
 def test_hooks_never_import_jinja2(tmp_path, sim_config):

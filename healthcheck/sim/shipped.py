@@ -15,7 +15,7 @@ SUFFIX = ".toml"
 
 def shipped_dir() -> str:
     """The directory holding the shipped profiles (a plain directory in any pip install)."""
-    return str(resources.files("healthcheck").joinpath("data", "sim"))
+    return str(resources.files("healthcheck").joinpath("data").joinpath("sim"))
 
 
 def shipped_names() -> List[str]:
