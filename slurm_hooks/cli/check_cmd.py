@@ -50,7 +50,10 @@ def _give_up(message: str) -> "click.exceptions.Exit":
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(config_path: Optional[str], node: Optional[str], sim_profile: Optional[str], tier: str,
           as_json: bool) -> None:
-    """Run the checks and print the findings (exit 0 ok, 1 warn, 2 fail, 3 could not check)."""
+    """Run the checks and print the findings (exit 0 ok, 1 warn, 2 fail, 3 could not check).
+
+    Example: slurm-gpu check --sim h100-ecc-dbe --json
+    """
     from healthcheck.runner import run_checks
     from healthcheck.sim.profile import ProfileError
 

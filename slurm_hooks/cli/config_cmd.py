@@ -12,7 +12,10 @@ from .common import EXIT_USAGE, load_config
 
 @click.group()
 def config() -> None:
-    """Validate and print the configuration."""
+    """Validate and print the configuration (every key: docs/configuration.md).
+
+    Example: slurm-gpu config check /etc/slurm-gpu-hooks/config.toml
+    """
 
 
 def referenced_file_problems(cfg: Config) -> List[str]:
@@ -41,7 +44,12 @@ def referenced_file_problems(cfg: Config) -> List[str]:
 @click.argument("path", required=False)
 @click.option("--config", "config_path", metavar="PATH", default=None, hidden=True)
 def check(path: Optional[str], config_path: Optional[str]) -> None:
-    """Print the effective config, or each problem as one line and exit 2."""
+    """Print the effective config, or each problem as one line and exit 2.
+
+    PATH defaults to $SLURM_GPU_HOOKS_CONFIG, else /etc/slurm-gpu-hooks/config.toml.
+
+    Example: slurm-gpu config check /etc/slurm-gpu-hooks/config.toml
+    """
     cfg = load_config(path or config_path)
     problems = referenced_file_problems(cfg)
     if problems:

@@ -52,14 +52,20 @@ dir_option = click.option(
 def lab() -> None:
     """A real Slurm cluster (slurmctld, slurmdbd, three slurmd gpu1..gpu3 with 8 fake GPUs
     each) on this machine, with this project's Prolog, Epilog, EpilogSlurmctld and
-    HealthCheckProgram installed from the working tree. Debian 12, as root."""
+    HealthCheckProgram installed from the working tree. Debian 12, as root.
+
+    Example: slurm-gpu lab up && eval "$(slurm-gpu lab env)" && sinfo
+    """
 
 
 @lab.command()
 @dir_option
 @_guarded
 def up(directory: Optional[str]) -> None:
-    """Install what is missing, start every daemon, install the hooks (idempotent)."""
+    """Install what is missing, start every daemon, install the hooks (idempotent).
+
+    Example: slurm-gpu lab up
+    """
     from slurm_hooks.lab import cluster
 
     paths = _lab_paths(directory)
@@ -72,7 +78,10 @@ def up(directory: Optional[str]) -> None:
 @dir_option
 @_guarded
 def down(directory: Optional[str]) -> None:
-    """Cancel the lab's jobs and stop every lab daemon by PID; logs are kept."""
+    """Cancel the lab's jobs and stop every lab daemon by PID; logs are kept.
+
+    Example: slurm-gpu lab down
+    """
     from slurm_hooks.lab import cluster
 
     cluster.down(_lab_paths(directory), click.echo)
@@ -84,7 +93,10 @@ def down(directory: Optional[str]) -> None:
 @_guarded
 def status(directory: Optional[str], as_json: bool) -> None:
     """What runs (daemon, pid) and the node states. Exit 0 when all runs, 3 when nothing
-    does, 1 when only part of it does."""
+    does, 1 when only part of it does.
+
+    Example: slurm-gpu lab status --json
+    """
     from slurm_hooks.lab import cluster
 
     paths = _lab_paths(directory)
@@ -109,7 +121,10 @@ def status(directory: Optional[str], as_json: bool) -> None:
 @_guarded
 def env(directory: Optional[str]) -> None:
     """Print export lines: eval "$(slurm-gpu lab env)" points sbatch, sinfo, sacct and
-    slurm-gpu sim at the lab."""
+    slurm-gpu sim at the lab.
+
+    Example: eval "$(slurm-gpu lab env)"
+    """
     from slurm_hooks.lab import cluster
 
     for line in cluster.env_lines(_lab_paths(directory)):
@@ -130,7 +145,10 @@ def scenarios(directory: Optional[str], only: Tuple[str, ...], list_only: bool, 
     """Submit jobs that end every way (COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED,
     requeued, NODE_FAIL, OUT_OF_MEMORY, 3 nodes, GPU/NVLink/IB faults injected mid-job),
     wait for them and print per job the id, the scenario and what sacct says. Exit 1 when
-    a job did not end as its scenario expects."""
+    a job did not end as its scenario expects.
+
+    Example: slurm-gpu lab scenarios --only completed --json
+    """
     from slurm_hooks.lab import scenarios as S
 
     table = S.load_table()

@@ -42,7 +42,10 @@ def _guard(action):
 
 @click.group()
 def sim() -> None:
-    """Change, reset and show simulated nodes."""
+    """Change, reset and show simulated nodes; list the shipped profiles.
+
+    Example: slurm-gpu sim inject gpu1 gpu.3.state=lost
+    """
 
 
 @sim.command()
@@ -52,7 +55,10 @@ def sim() -> None:
 @click.option("--log", "log_lines", multiple=True, metavar="LINE", help="Append a kernel-log line.")
 def inject(config_path: Optional[str], node: str, assignments: Tuple[str, ...], log_lines: Tuple[str, ...]) -> None:
     """Change a simulated node: gpu.3.ecc.volatile_uncorrected=1, gpu.5.state=lost,
-    gpu.1.nvlink.down=[4,5], ib.mlx5_2:1.state="1: DOWN"."""
+    gpu.1.nvlink.down=[4,5], ib.mlx5_2:1.state="1: DOWN".
+
+    Example: slurm-gpu sim inject gpu1 gpu.3.ecc.volatile_uncorrected=1 gpu.5.state=lost
+    """
     target = _sim_node(config_path, node)
     if not assignments and not log_lines:
         fail("nothing to inject: give KEY=VALUE and/or --log LINE")
@@ -68,7 +74,10 @@ def inject(config_path: Optional[str], node: str, assignments: Tuple[str, ...], 
 @config_option
 @click.argument("node")
 def reset(config_path: Optional[str], node: str) -> None:
-    """Restore a simulated node to its shipped profile."""
+    """Restore a simulated node to its shipped profile.
+
+    Example: slurm-gpu sim reset gpu1
+    """
     target = _sim_node(config_path, node)
     _guard(target.reset)
     click.echo(f"{node}: reset to {target.profile_path}")
@@ -78,7 +87,10 @@ def reset(config_path: Optional[str], node: str) -> None:
 @config_option
 @click.argument("node")
 def show(config_path: Optional[str], node: str) -> None:
-    """Print a simulated node's live profile as TOML."""
+    """Print a simulated node's live profile as TOML.
+
+    Example: slurm-gpu sim show gpu1
+    """
     target = _sim_node(config_path, node)
     profile = _guard(target.ensure)
     click.echo(tomlio.dumps(profile), nl=False)

@@ -78,7 +78,10 @@ def format_event(event) -> str:
 
 @click.group()
 def xid() -> None:
-    """Scan kernel logs for Xid events and explain Xid codes."""
+    """Scan kernel logs for Xid events and explain Xid codes (docs/xid.md).
+
+    Example: slurm-gpu xid explain 79
+    """
 
 
 @xid.command()
@@ -94,7 +97,10 @@ def scan(config_path: Optional[str], node: Optional[str], path: Optional[str], s
 
     PATH is a file (.gz too) or - for stdin; without PATH, this node's configured kernel log.
     Repeats are folded into one line with a count. A one-shot read: the health check's cursor
-    is neither used nor moved."""
+    is neither used nor moved.
+
+    Example: slurm-gpu xid scan /var/log/kern.log --since 2h
+    """
     from healthcheck.kernellog.api import scan_events
     from healthcheck.kernellog.sources import KernelLogError
 
@@ -142,7 +148,10 @@ def explain(config_path: Optional[str], code: str) -> None:
     """Explain an Xid code and what this project does about it.
 
     CODE is a number such as 79 (NVIDIA's catalog entry is printed), or sxid:20034 for an
-    NVSwitch SXid."""
+    NVSwitch SXid.
+
+    Example: slurm-gpu xid explain 48
+    """
     from healthcheck.kernellog.api import XidSettings
     from healthcheck.kernellog.catalog import XidCatalog, override_key
     from healthcheck.kernellog.findings import ACTION_TEXT
