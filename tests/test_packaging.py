@@ -75,6 +75,24 @@ def test_installed_check_runs_a_shipped_profile_by_name(installed, tmp_path):
     assert where.stdout.strip().startswith(str(installed.parent)), where.stdout
 
 
+def test_the_lab_prepares_from_the_installed_package(installed, tmp_path):
+    """`slurm-gpu lab up` needs no checkout: its profiles and templates come from the package.
+    (Starting the daemons is the lab tests' job; this renders and copies into a temp lab dir.)"""
+    script = ("import os, sys\n"
+              "from slurm_hooks.lab import cluster, render\n"
+              "from slurm_hooks.lab.paths import LabPaths\n"
+              "lab = LabPaths(sys.argv[1])\n"
+              "os.makedirs(lab.sim_profiles)\n"
+              "cluster.copy_sim_profiles(lab)\n"
+              "files = render.all_files(lab, render.RenderOptions.here(), 'pw')\n"
+              "print(len(os.listdir(lab.sim_profiles)), len(files), render.RenderOptions.here().bin_dir)\n")
+    done = _run([str(installed / "python"), "-c", script, str(tmp_path / "lab")], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    profiles, files, bin_dir = done.stdout.split()
+    assert int(profiles) == len(shipped.shipped_names()) and int(files) >= 4
+    assert bin_dir == str(installed)
+
+
 def test_hooks_never_import_jinja2(tmp_path, sim_config):
     """The prolog runs before every job on every node: its import path stays lean."""
     probe = ("import sys, runpy\n"
