@@ -69,6 +69,11 @@ def test_the_bin_dir_is_the_path_slurm_gpu_was_called_by(tmp_path):
     assert installed_bin_dir(called, str(real / "python")) == str(tmp_path / "current" / "bin")
     assert installed_bin_dir("/usr/lib/python3/dist-packages/pytest", str(real / "python")) == str(real)
     assert installed_bin_dir("slurm-gpu", str(tmp_path / "python")) is None
+    # An admin's PATH link to the stable path: the lines still name the stable path.
+    (tmp_path / "usr-local-bin").mkdir()
+    (tmp_path / "usr-local-bin" / "slurm-gpu").symlink_to(tmp_path / "current" / "bin" / "slurm-gpu")
+    assert installed_bin_dir(str(tmp_path / "usr-local-bin" / "slurm-gpu"), str(real / "python")) == \
+        str(tmp_path / "current" / "bin")
 
 
 @pytest.mark.parametrize("bin_dir,needle", [

@@ -28,13 +28,18 @@ def render(bin_dir: str, interval: int = DEFAULT_INTERVAL_S, node_state: str = "
 
 def installed_bin_dir(argv0: str = "", executable: str = "") -> Optional[str]:
     """Where this installation's hook commands are: beside the ``slurm-gpu`` that runs, as it was
-    called (so a stable symlinked path such as /opt/slurm-gpu-hooks/current/bin stays stable),
-    else beside the Python running it. None when neither holds the hooks."""
+    called (so a stable symlinked path such as /opt/slurm-gpu-hooks/current/bin stays stable), or
+    beside what a link to it names (one level: /usr/local/bin/slurm-gpu -> .../current/bin), else
+    beside the Python running it. None when none of these holds the hooks."""
     argv0 = argv0 or sys.argv[0]
     executable = executable or sys.executable
     candidates = []
     if argv0 and os.path.basename(argv0) == "slurm-gpu":
-        candidates.append(os.path.dirname(os.path.abspath(argv0)))
+        called = os.path.abspath(argv0)
+        candidates.append(os.path.dirname(called))
+        if os.path.islink(called):   # /usr/local/bin/slurm-gpu -> /opt/slurm-gpu-hooks/current/bin/slurm-gpu
+            target = os.path.join(os.path.dirname(called), os.readlink(called))
+            candidates.append(os.path.dirname(os.path.normpath(target)))
     candidates.append(os.path.dirname(os.path.abspath(executable)))
     for directory in candidates:
         if all(os.access(os.path.join(directory, name), os.X_OK) for name in HOOK_COMMANDS):
