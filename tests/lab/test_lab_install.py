@@ -1,0 +1,157 @@
+"""docs/install.md, followed as written on the lab's real Slurm: from a slurm.conf without the
+hooks, the documented commands install the wheel into a versioned venv behind a stable path,
+check the config and a node, add `slurm-gpu slurm-conf`'s lines and `scontrol reconfigure`;
+a job then runs through the installed hooks (their own journal says so, in their own state dir).
+
+Stand-ins, and only these: a temporary directory for /opt, the lab's slurm.conf for
+/etc/slurm/slurm.conf. The config goes where the doc says, /etc/slurm-gpu-hooks/config.toml
+(HealthCheckProgram has no other way to find it); whatever was there is put back afterwards,
+as are the lab's slurm.conf and its hooks."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from typing import Dict, List
+
+import pytest
+
+from healthcheck.hookruns import read_runs
+
+from ..conftest import ROOT
+
+pytestmark = pytest.mark.lab
+
+DOC = os.path.join(ROOT, "docs", "install.md")
+CONFIG_DIR = "/etc/slurm-gpu-hooks"
+CONFIG = os.path.join(CONFIG_DIR, "config.toml")
+HOOK_SETTINGS = re.compile(r"^(PrologFlags|Prolog|Epilog|EpilogSlurmctld|HealthCheckProgram|HealthCheckInterval"
+                           r"|HealthCheckNodeState)=", re.MULTILINE)
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def doc_blocks() -> Dict[str, str]:
+    """The ```bash blocks of install.md marked <!-- tested: NAME -->, by name."""
+    with open(DOC, encoding="utf-8") as handle:
+        text = handle.read()
+    return dict(re.findall(r"<!-- tested: ([\w-]+) -->\n```bash\n(.*?)```", text, re.DOTALL))
+
+
+def wait_for(what: str, predicate, timeout: float = 90):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {timeout:g} s waiting for {what}", pytrace=False)
+        time.sleep(1)
+
+
+def test_the_doc_marks_the_steps_this_test_follows():
+    blocks = doc_blocks()
+    assert list(blocks) == ["install", "config", "check", "slurm-conf"]
+    assert "slurm-gpu slurm-conf >> /etc/slurm/slurm.conf" in blocks["slurm-conf"]
+    assert "scontrol reconfigure" in blocks["slurm-conf"]
+
+
+def test_following_install_md_runs_a_job_through_the_installed_hooks(lab, built_wheel, tmp_path):
+    blocks = doc_blocks()
+    version = re.search(r"^V=(\S+)$", blocks["install"], re.MULTILINE).group(1)
+    assert os.path.basename(built_wheel) == f"slurm_gpu_hooks-{version}-py3-none-any.whl", \
+        "install.md's V= must be the version the wheel builds"
+    opt = tmp_path / "opt"
+    state = tmp_path / "state"
+    slurm_conf = lab.paths.slurm_conf
+    env = {"PATH": SYSTEM_PATH, "SLURM_CONF": slurm_conf, "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+
+    def run(name: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        script = blocks[name].replace("/opt/slurm-gpu-hooks", str(opt / "slurm-gpu-hooks"))
+        script = script.replace("/etc/slurm/slurm.conf", slurm_conf)
+        done = subprocess.run(["/bin/bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
+                              cwd=os.path.dirname(built_wheel), env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, f"install.md step {name!r} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        return done
+
+    with open(slurm_conf, encoding="utf-8") as handle:
+        original_conf = handle.read()
+    saved_config = _move_aside(CONFIG, tmp_path)
+    made_config_dir = not os.path.isdir(CONFIG_DIR)
+    try:
+        # The clean state: a cluster whose slurm.conf has none of the hooks' settings.
+        _write(slurm_conf, HOOK_SETTINGS.sub("#removed: ", original_conf))
+        _reconfigure(lab)
+
+        run("install")
+        current = opt / "slurm-gpu-hooks" / "current"
+        assert os.readlink(current) == version and (current / "bin" / "slurm-gpu-prolog").is_file()
+
+        # Step 3: the admin writes the config at the documented path; here, for the lab's nodes.
+        os.makedirs(CONFIG_DIR, mode=0o755, exist_ok=True)
+        _write(CONFIG, f'[paths]\nstate_dir = "{state}"\n[gpu]\nbackend = "sim"\n[sim]\nprofile = "h100-healthy"\n'
+                       f'[slurm]\nconf = "{slurm_conf}"\n'
+                       '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n')
+        run("config")
+        run("check")
+
+        run("slurm-conf")
+        bin_dir = current / "bin"
+        shown = lab.run("/usr/bin/scontrol", "show", "config").stdout
+        assert re.search(rf"^Prolog\s+= {re.escape(str(bin_dir))}/slurm-gpu-prolog$", shown, re.MULTILINE), shown
+        assert re.search(rf"^HealthCheckProgram\s+= {re.escape(str(bin_dir))}/slurm-gpu-healthcheck$", shown,
+                         re.MULTILINE)
+
+        node = wait_for("an idle lab node", lambda: _idle_nodes(lab)[:1])[0]
+        submitted = lab.run("/usr/bin/sbatch", "--parsable", "-w", node, "--gres=gpu:1", "-o", "/dev/null",
+                            "--wrap", "true")
+        assert submitted.returncode == 0, submitted.stderr
+        job = submitted.stdout.strip().split(";")[0]
+        wanted = {("prolog", node, job), ("epilog", node, job), ("epilog_slurmctld", "slurmctld", job)}
+
+        def ran():
+            have = {(e.get("hook"), e.get("node"), str(e.get("job_id"))) for e in read_runs(str(state))}
+            return wanted <= have
+
+        wait_for(f"the installed hooks' journal entries for job {job} on {node}", ran)
+        # Nothing of the lab's own hooks config was involved: their journal has no entry for the job.
+        lab_entries = {str(e.get("job_id")) for e in read_runs(lab.paths.state)}
+        assert job not in lab_entries
+    finally:
+        _write(slurm_conf, original_conf)
+        _reconfigure(lab)
+        _restore(CONFIG, saved_config)
+        if made_config_dir and os.path.isdir(CONFIG_DIR) and not os.listdir(CONFIG_DIR):
+            os.rmdir(CONFIG_DIR)
+        wait_for("every lab node idle again", lambda: len(_idle_nodes(lab)) == 3, timeout=60)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _move_aside(path: str, tmp_path) -> str:
+    if not os.path.lexists(path):
+        return ""
+    aside = str(tmp_path / "config.toml.saved")
+    shutil.move(path, aside)
+    return aside
+
+
+def _restore(path: str, aside: str) -> None:
+    if os.path.lexists(path):
+        os.unlink(path)
+    if aside:
+        shutil.move(aside, path)
+
+
+def _reconfigure(lab) -> None:
+    done = lab.run("/usr/bin/scontrol", "reconfigure")
+    assert done.returncode == 0, done.stderr
+
+
+def _idle_nodes(lab) -> List[str]:
+    listed = lab.run("/usr/bin/sinfo", "-h", "-N", "-p", "low", "-o", "%N %T").stdout.split("\n")
+    return sorted(line.split()[0] for line in listed if line.strip().endswith(" idle"))
