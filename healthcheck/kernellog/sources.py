@@ -10,15 +10,14 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import selectors
 import shutil
 import stat
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
+from .. import bounded
 from .cursor import boot_id, tail_hash
 from .scanner import CHUNK, LineScanner
 from .timestamps import PrefixClock, boot_time
@@ -395,40 +394,9 @@ def _run_streaming(argv: List[str], timeout: float, on_chunk: Callable[[bytes], 
     """Run argv (no shell), streaming stdout to on_chunk; kill it at the deadline."""
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env)
-    except OSError as exc:
-        raise _os_error(argv[0], exc) from None
-    deadline = time.monotonic() + timeout
-    errors = bytearray()
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        selector.register(proc.stderr, selectors.EVENT_READ)
-        open_streams = 2
-        try:
-            while open_streams:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise KernelLogError(f"{os.path.basename(argv[0])} did not finish within {timeout:g} s")
-                for key, _ in selector.select(remaining):
-                    chunk = os.read(key.fileobj.fileno(), CHUNK)
-                    if not chunk:
-                        selector.unregister(key.fileobj)
-                        open_streams -= 1
-                    elif key.fileobj is proc.stdout:
-                        on_chunk(chunk)
-                    elif len(errors) < 4096:
-                        errors += chunk
-            returncode = proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise KernelLogError(f"{os.path.basename(argv[0])} did not exit within {timeout:g} s") from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
-    return returncode, bytes(errors)
+        return bounded.stream(argv, timeout, on_chunk, env=env)
+    except bounded.CommandError as exc:
+        raise KernelLogError(str(exc)) from None
 
 
 class _CursorTail:

@@ -10,16 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import threading
 from typing import Any, Iterable, List, Optional, Tuple
 
+from .. import bounded
 from ..facts import DcgmFacts, DcgmTestResult
 
 # Hooks run with no PATH; these are where the DCGM packages put dcgmi.
 SEARCH_PATH = "/usr/bin:/usr/local/bin:/usr/sbin:/usr/local/sbin:/opt/dcgm/bin"
-KILL_WAIT_S = 0.5
 
 
 def find_dcgmi(configured: str) -> Optional[str]:
@@ -60,26 +57,14 @@ def probe_dcgm(dcgmi: str, level: int, timeout_s: float, gpus: Optional[Iterable
 
 
 def run_bounded(args: List[str], timeout_s: float) -> Tuple[Optional[int], str, str, bool]:
-    """(exit code, stdout, stderr, timed out). The child and everything it started are killed
-    at the deadline; the caller then waits at most ``KILL_WAIT_S`` more."""
+    """(exit code, stdout, stderr, timed out); exit code None when dcgmi could not be run (the
+    error is then in stderr). The shared runner kills dcgmi and everything it started at the
+    deadline."""
     try:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
-    except OSError as exc:
-        return None, "", f"cannot run {args[0]}: {exc.strerror or exc}", False
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-        try:
-            proc.wait(timeout=KILL_WAIT_S)
-        except subprocess.TimeoutExpired:
-            threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
-        return None, "", "", True
-    return (proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), False)
+        done = bounded.run(args, timeout_s)
+    except bounded.CommandError as exc:
+        return None, "", ("" if exc.timed_out else str(exc)), exc.timed_out
+    return done.returncode, done.stdout, done.stderr, False
 
 
 # -- parsing --------------------------------------------------------------------------------------

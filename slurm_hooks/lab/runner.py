@@ -1,12 +1,14 @@
-"""Running commands for the lab: argument lists only, always with a timeout, errors as one
-line. (The lab keeps this minimal runner of its own; the product's Slurm CLI backend lives
-in ``slurm_hooks.slurm``.)"""
+"""Running commands for the lab through the product's bounded runner (``healthcheck.bounded``:
+argument lists only, a timeout that kills the whole process group, errors as one line), with
+the lab's clean environment."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from typing import Dict, Mapping, Optional, Sequence
+
+from healthcheck import bounded
+from healthcheck.bounded import Completed
 
 from . import LabError
 from .paths import LabPaths
@@ -27,27 +29,23 @@ def slurm_env(lab: LabPaths) -> Dict[str, str]:
 
 
 def run(argv: Sequence[str], *, env: Optional[Mapping[str, str]] = None, timeout: float = 30,
-        check: bool = True, input: Optional[str] = None, cwd: Optional[str] = None) -> subprocess.CompletedProcess:
+        check: bool = True, input: Optional[str] = None, cwd: Optional[str] = None) -> Completed:
     """Run ``argv``; on failure (when ``check``) raise LabError naming the command and its stderr."""
     try:
-        result = subprocess.run(list(argv), env=dict(env) if env is not None else clean_env(),
-                                input=input, capture_output=True, text=True, timeout=timeout,
-                                cwd=cwd or "/", stdin=None if input is not None else subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise LabError(f"{argv[0]}: command not found") from None
-    except subprocess.TimeoutExpired:
-        raise LabError(f"{' '.join(argv[:4])}: no answer within {timeout:g} s") from None
+        result = bounded.run(argv, timeout, env=env if env is not None else clean_env(), cwd=cwd or "/",
+                             input=input)
+    except bounded.CommandError as exc:
+        if not exc.timed_out and "No such file" in str(exc):
+            raise LabError(f"{argv[0]}: command not found") from None
+        raise LabError(str(exc)) from None
     if check and result.returncode != 0:
         raise LabError(f"{' '.join(argv[:4])} failed (rc {result.returncode}): {last_line(result)}")
     return result
 
 
-def last_line(result: subprocess.CompletedProcess) -> str:
-    for stream in (result.stderr, result.stdout):
-        lines = [line.strip() for line in (stream or "").splitlines() if line.strip()]
-        if lines:
-            return lines[-1]
-    return "no output"
+def last_line(result: Completed) -> str:
+    lines = result.last_line()
+    return "no output" if lines == f"exit {result.returncode}" else lines
 
 
 def slurm_gpu_argv() -> list:
