@@ -1,5 +1,5 @@
 from healthcheck.drain_reason import DrainReason, format_reason, is_ours, parse_reason
-from slurm_hooks.slurm.cli_backend import parse_scontrol_record
+from healthcheck.slurm.cli_backend import parse_scontrol_record
 
 
 def test_round_trip_keeps_check_subject_keys_and_xid():

@@ -11,8 +11,8 @@ import stat
 import pytest
 
 from healthcheck.config import Config
-from slurm_hooks.slurm import CliBackend, SlurmError, backend_from_config
-from slurm_hooks.slurm.cli_backend import FIELD_SEPARATOR, parse_scontrol_record
+from healthcheck.slurm import CliBackend, SlurmError, backend_from_config
+from healthcheck.slurm.cli_backend import FIELD_SEPARATOR, parse_scontrol_record
 
 RECORDER = """#!{python}
 import json, os, sys

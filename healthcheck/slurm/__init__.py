@@ -1,13 +1,27 @@
-"""Talking to Slurm. ``SlurmBackend`` is the small interface the hooks and the CLI use;
-``CliBackend`` implements it with Slurm's own command-line tools (the backend that must
-always work: pyslurm has no release for the Slurm 22.05 we test against). A pyslurm
-backend could implement the same methods later."""
+"""Talking to Slurm. ``SlurmBackend`` is the small interface the hooks, the health check and
+the CLI use; ``CliBackend`` implements it with Slurm's own command-line tools (the backend that
+must always work: pyslurm has no release for the Slurm 22.05 we test against); ``FakeBackend``
+(``healthcheck.slurm.fake``) implements it in memory for unit tests.
+
+It lives in ``healthcheck`` so the health check, which never imports ``slurm_hooks``, can
+drain and resume. Importing this package runs nothing: ``CliBackend`` (which runs programs)
+loads on first use, so pure modules may import the data types from here.
+"""
 from .backend import JobInfo, NodeInfo, SlurmBackend, SlurmError  # noqa: F401
-from .cli_backend import CliBackend  # noqa: F401
 
 
-def backend_from_config(config) -> "CliBackend":
+def backend_from_config(config) -> "CliBackend":  # noqa: F821
     """The Slurm backend a hook or command should use, from ``[slurm]`` in the config."""
+    from .cli_backend import CliBackend
+
     section = config.section("slurm")
     return CliBackend(bin_dir=section.get("bin_dir", ""), slurm_conf=section.get("conf", ""),
                       timeout_s=float(section.get("timeout_s", 15)))
+
+
+def __getattr__(name: str):
+    if name == "CliBackend":
+        from .cli_backend import CliBackend
+
+        return CliBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Protocol
+from typing import Dict, List, Optional, Protocol, Tuple
+
+# How Slurm 22.05 spells a node's state. ``scontrol show node -o`` writes the base state and
+# every flag joined by "+" ("IDLE+DRAIN+NOT_RESPONDING", "MIXED+DRAIN", "IDLE+MAINTENANCE+RESERVED");
+# sinfo's short forms add "*" for not responding ("idle*", "drained*"). Measured on the lab
+# (tests/fixtures/slurm/) and read from src/common/slurm_protocol_defs.c.
+BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
+NOT_RESPONDING = "NOT_RESPONDING"
+DRAIN_FLAGS = ("DRAIN", "DRAINED", "DRAINING")
 
 
 class SlurmError(Exception):
@@ -12,22 +20,44 @@ class SlurmError(Exception):
 @dataclass
 class NodeInfo:
     name: str
-    state: str                              # e.g. "IDLE", "MIXED+DRAIN", "DOWN*"
+    state: str                              # as Slurm printed it, e.g. "IDLE", "MIXED+DRAIN", "DOWN*"
     reason: str = ""
     reason_user: str = ""
+    reason_time: str = ""                   # when the reason was set, as Slurm printed it
     raw: Dict[str, str] = field(default_factory=dict)
 
     @property
     def flags(self) -> List[str]:
-        return self.state.rstrip("*").split("+")
+        """The base state and every flag, upper case, "*" turned into NOT_RESPONDING."""
+        out: List[str] = []
+        for word in self.state.upper().split("+"):
+            if word.endswith("*"):
+                word = word.rstrip("*")
+                out.append(NOT_RESPONDING)
+            if word:
+                out.append(word)
+        return out
+
+    @property
+    def base(self) -> str:
+        flags = self.flags
+        return next((flag for flag in flags if flag in BASE_STATES), flags[0] if flags else "UNKNOWN")
+
+    def has(self, *names: str) -> bool:
+        flags = self.flags
+        return any(name in flags for name in names)
 
     @property
     def drained(self) -> bool:
-        return any(flag in ("DRAIN", "DRAINED", "DRAINING") for flag in self.flags)
+        return self.has(*DRAIN_FLAGS)
 
     @property
     def down(self) -> bool:
-        return "DOWN" in self.flags
+        return self.has("DOWN")
+
+    @property
+    def responding(self) -> bool:
+        return not self.has(NOT_RESPONDING)
 
 
 @dataclass
@@ -49,3 +79,12 @@ class SlurmBackend(Protocol):
     def accounting(self, job_ids: List[str], fields: List[str],
                    every_incarnation: bool = False) -> List[Dict[str, str]]: ...
     def expand_hostlist(self, expression: str) -> List[str]: ...
+
+
+def drain_argv(name: str, reason: str) -> Tuple[str, ...]:
+    """scontrol's arguments for a drain: what ``--dry-run`` prints and the backend runs."""
+    return ("update", f"nodename={name}", "state=drain", f"reason={reason}")
+
+
+def resume_argv(name: str) -> Tuple[str, ...]:
+    return ("update", f"nodename={name}", "state=resume")

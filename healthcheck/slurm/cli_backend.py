@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from .backend import JobInfo, NodeInfo, SlurmError
+from .. import bounded
+from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, resume_argv
 
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 FIELD_SEPARATOR = "\x1f"   # cannot appear in a typed comment, unlike "|"
@@ -18,6 +18,8 @@ FIELD_SEPARATOR = "\x1f"   # cannot appear in a typed comment, unlike "|"
 # scontrol -o prints Key=Value pairs separated by spaces, but values (Reason, Comment,
 # Command) may hold spaces: a new pair starts only where a word is followed by "=".
 _PAIR_START = re.compile(r" (?=[A-Za-z][A-Za-z0-9_:/.\-]*=)")
+# "Reason=text [root@2026-11-30T05:20:00]": the bracket names who set it, and when.
+_REASON_SETTER = re.compile(r"^(.*) \[([^@\]]+)@([^\]]*)\]$")
 
 
 def parse_scontrol_record(line: str) -> Dict[str, str]:
@@ -50,15 +52,11 @@ class CliBackend:
     def run(self, name: str, args: Sequence[str], timeout_s: Optional[float] = None) -> str:
         command = [self.binary(name), *args]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, errors="replace",
-                                  env=self.env, timeout=timeout_s or self.timeout_s, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise SlurmError(f"{name} {' '.join(args[:3])} did not answer within {timeout_s or self.timeout_s:g} s") from None
-        except OSError as exc:
-            raise SlurmError(f"{name}: {exc.strerror}") from None
+            done = bounded.run(command, timeout_s or self.timeout_s, env=self.env, cwd="/")
+        except bounded.CommandError as exc:
+            raise SlurmError(str(exc)) from None
         if done.returncode != 0:
-            detail = (done.stderr or done.stdout).strip().splitlines()
-            raise SlurmError(f"{name} {' '.join(args[:3])}: {detail[-1] if detail else 'exit ' + str(done.returncode)}")
+            raise SlurmError(f"{bounded.describe(command)}: {done.last_line()}")
         return done.stdout
 
     # -- nodes -----------------------------------------------------------------------------
@@ -66,11 +64,13 @@ class CliBackend:
         reason = fields.get("Reason", "")
         user = ""
         # "Reason=text [root@2026-11-30T05:20:00]": the bracket names who set it.
-        match = re.match(r"^(.*) \[([^@\]]+)@[^\]]*\]$", reason)
+        when = ""
+        match = _REASON_SETTER.match(reason)
         if match:
-            reason, user = match.group(1), match.group(2)
+            reason, user, when = match.group(1), match.group(2), match.group(3)
         return NodeInfo(name=fields.get("NodeName", ""), state=fields.get("State", ""),
-                        reason="" if reason == "(null)" else reason, reason_user=user, raw=fields)
+                        reason="" if reason == "(null)" else reason, reason_user=user, reason_time=when,
+                        raw=fields)
 
     def node(self, name: str) -> NodeInfo:
         out = self.run("scontrol", ["show", "node", "-o", name])
@@ -85,10 +85,10 @@ class CliBackend:
                 for line in out.splitlines() if line.startswith("NodeName=")]
 
     def drain(self, name: str, reason: str) -> None:
-        self.run("scontrol", ["update", f"nodename={name}", "state=drain", f"reason={reason}"])
+        self.run("scontrol", drain_argv(name, reason))
 
     def resume(self, name: str) -> None:
-        self.run("scontrol", ["update", f"nodename={name}", "state=resume"])
+        self.run("scontrol", resume_argv(name))
 
     # -- jobs ------------------------------------------------------------------------------
     def job(self, job_id: str) -> Optional[JobInfo]:

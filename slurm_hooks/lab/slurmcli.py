@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
-from ..slurm import CliBackend, SlurmError
-from ..slurm.cli_backend import parse_scontrol_record as parse_oneliner  # noqa: F401 (lab API)
+from healthcheck.slurm import CliBackend, SlurmError
+from healthcheck.slurm.cli_backend import parse_scontrol_record as parse_oneliner  # noqa: F401 (lab API)
 from . import LabError
 from .install import binary
 from .paths import LabPaths

@@ -1,0 +1,99 @@
+"""FakeBackend: the SlurmBackend interface over state held in memory, for unit tests of
+decisions and of the edges that apply them. It records every call, and it can be told to fail
+like an unreachable slurmctld. It is no proof that a hook works with Slurm: tests/lab is.
+
+Node state follows what Slurm 22.05 does (measured on the lab): a drain adds DRAIN and sets
+the reason with the caller's name; a resume clears DRAIN, DOWN and FAIL and the reason.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, resume_argv
+
+
+class FakeBackend:
+    def __init__(self, nodes: Iterable[NodeInfo] = (), jobs: Iterable[JobInfo] = (), user: str = "root"):
+        self._nodes: Dict[str, NodeInfo] = {node.name: copy.deepcopy(node) for node in nodes}
+        self._jobs: Dict[str, JobInfo] = {job.job_id: copy.deepcopy(job) for job in jobs}
+        self.accounting_rows: List[Dict[str, str]] = []
+        self.user = user
+        self.calls: List[Tuple[str, ...]] = []        # ("node", "gpu1"), ("drain", "gpu1", reason), ...
+        self.unreachable: Optional[str] = None         # set: every call raises SlurmError with it
+
+    # -- test helpers --------------------------------------------------------------------------
+    def add_node(self, name: str, state: str = "IDLE", reason: str = "", reason_user: str = "") -> NodeInfo:
+        self._nodes[name] = NodeInfo(name=name, state=state, reason=reason,
+                                     reason_user=reason_user or (self.user if reason else ""))
+        return self._nodes[name]
+
+    def writes(self) -> List[Tuple[str, ...]]:
+        """The calls that change Slurm (drain, resume, set_admin_comment), in order."""
+        return [call for call in self.calls if call[0] in ("drain", "resume", "set_admin_comment")]
+
+    def scontrol_argvs(self) -> List[Tuple[str, ...]]:
+        """The scontrol arguments the real backend would have run for this fake's writes."""
+        out = []
+        for call in self.calls:
+            if call[0] == "drain":
+                out.append(drain_argv(call[1], call[2]))
+            elif call[0] == "resume":
+                out.append(resume_argv(call[1]))
+        return out
+
+    # -- the interface ---------------------------------------------------------------------------
+    def _call(self, *call: str) -> None:
+        self.calls.append(call)
+        if self.unreachable is not None:
+            raise SlurmError(self.unreachable)
+
+    def _known(self, name: str) -> NodeInfo:
+        if name not in self._nodes:
+            raise SlurmError(f"scontrol show node {name}: no such node")
+        return self._nodes[name]
+
+    def node(self, name: str) -> NodeInfo:
+        self._call("node", name)
+        return copy.deepcopy(self._known(name))
+
+    def nodes(self) -> List[NodeInfo]:
+        self._call("nodes")
+        return [copy.deepcopy(node) for node in self._nodes.values()]
+
+    def drain(self, name: str, reason: str) -> None:
+        self._call("drain", name, reason)
+        node = self._known(name)
+        if not node.drained:
+            node.state = "+".join(node.state.split("+") + ["DRAIN"])
+        node.reason, node.reason_user = reason, self.user
+
+    def resume(self, name: str) -> None:
+        self._call("resume", name)
+        node = self._known(name)
+        kept = [flag for flag in node.state.split("+") if flag not in ("DRAIN", "DRAINED", "DRAINING", "FAIL")]
+        if kept and kept[0] == "DOWN":
+            kept[0] = "IDLE"
+        node.state = "+".join(kept) or "IDLE"
+        node.reason = node.reason_user = node.reason_time = ""
+
+    def job(self, job_id: str) -> Optional[JobInfo]:
+        self._call("job", str(job_id))
+        job = self._jobs.get(str(job_id))
+        return copy.deepcopy(job) if job is not None else None
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        self._call("set_admin_comment", str(job_id), text)
+        job = self._jobs.setdefault(str(job_id), JobInfo(str(job_id), {}))
+        job.fields["AdminComment"] = text
+
+    def accounting(self, job_ids: List[str], fields: List[str], every_incarnation: bool = False) -> List[Dict[str, str]]:
+        self._call("accounting", ",".join(str(j) for j in job_ids))
+        wanted = {str(j) for j in job_ids}
+        return [{key: row.get(key, "") for key in fields} for row in self.accounting_rows
+                if not wanted or row.get("JobID", "").split("_")[0].split(".")[0] in wanted]
+
+    def expand_hostlist(self, expression: str) -> List[str]:
+        import hostlist
+
+        return hostlist.expand_hostlist(expression)
