@@ -132,6 +132,7 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "read_budget_s": Field(float, minimum=0.1),
     },
     "drain": {
+        "enabled": Field(bool, doc="the master switch: false, and checks still run but nothing is drained or resumed"),
         "reason_prefix": Field(str),
         "max_reason_len": Field(int, minimum=20),
     },

@@ -1,0 +1,61 @@
+"""What a drain finding is a cause of: the ``DrainReason`` our drain would carry for it.
+
+Which evidence number goes into the reason as its key (``dbe:2``, ``xid:79``) is data:
+``REASON_KEYS`` below, per check id.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from ..drain_reason import DrainReason
+from ..findings import Finding
+
+# check id -> ((key in the reason, evidence field), ...)
+REASON_KEYS: Dict[str, Tuple[Tuple[str, str], ...]] = {
+    "kernel.xid": (("xid", "code"),),
+    "kernel.sxid": (("sxid", "code"),),
+    "gpu.ecc.uncorrectable": (("dbe", "volatile_uncorrected"),),
+    "gpu.ecc.correctable_rate": (("sbe", "growth"),),
+    "gpu.remap.failed": (("uncorrectable_rows", "uncorrectable"),),
+}
+
+
+def is_drain_finding(finding: Finding) -> bool:
+    """A finding that asks for a drain: not ok, and its check's action is drain."""
+    return finding.action == "drain" and finding.status != "ok"
+
+
+def subject(finding: Finding) -> str:
+    if finding.gpu is not None:
+        return f"gpu{finding.gpu}"
+    if finding.hca:
+        return f"{finding.hca}:{finding.port}" if finding.port is not None else finding.hca
+    return "node"
+
+
+def reason_for(finding: Finding) -> DrainReason:
+    keys: Dict[str, str] = {}
+    for key, field in REASON_KEYS.get(finding.check, ()):
+        value = finding.evidence.get(field)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool) and str(value) != "":
+            keys[key] = str(value)
+    return DrainReason(check=finding.check, subject=subject(finding), keys=keys, summary=finding.message)
+
+
+def drain_causes(findings: Iterable[Finding]) -> List[DrainReason]:
+    """One reason per distinct cause among the drain findings, in the findings' order."""
+    out: List[DrainReason] = []
+    seen = set()
+    for finding in findings:
+        if is_drain_finding(finding):
+            reason = reason_for(finding)
+            if reason.cause not in seen:
+                seen.add(reason.cause)
+                out.append(reason)
+    return out
+
+
+def first(causes: List[DrainReason]) -> Optional[DrainReason]:
+    return causes[0] if causes else None

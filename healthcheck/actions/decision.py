@@ -1,0 +1,248 @@
+"""What to do with a node, decided from what Slurm says about it and what the checks found.
+
+Pure: no I/O, no clock. ``decide`` walks ``RULES`` top to bottom and the first rule whose
+condition holds decides; ``MASTER_SWITCH`` then turns a drain or resume into ``blocked`` when
+actions are off (NHC's rule: checks still run and report, nothing is changed).
+
+Kinds:
+  none        nothing to do (healthy, or already drained by us for this cause)
+  drain       drain the node with ``reason`` (new, or our reason updated for a new cause)
+  resume      resume a node we drained, now healthy
+  blocked     we would drain or resume, but must not now (actions off, Slurm unreachable)
+  leave-alone the node is someone else's business (their reason, or Slurm is busy with it)
+
+The rules follow NHC's node-mark-offline/online: never overwrite a reason that is not ours;
+never resume a node down or drained for someone else's reason; leave alone nodes Slurm is
+handling; never re-drain a node we drained for the same cause.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..drain_reason import DEFAULT_MAX_LEN, DEFAULT_PREFIX, DrainReason, format_reason, is_ours, parse_reason
+from ..findings import Finding
+from ..slurm.backend import NodeInfo, drain_argv, resume_argv
+from .cause import drain_causes
+
+KINDS = ("none", "drain", "resume", "blocked", "leave-alone")
+RESUME_MODES = ("auto", "after_reboot", "never")
+
+# Flags of a node Slurm itself is busy with (Slurm 22.05 spelling in ``scontrol show node -o``;
+# sinfo's "*" is read as NOT_RESPONDING): a reboot, power saving, a maintenance reservation,
+# a node that does not answer, an admin's FAIL. Nothing of ours is applied to them.
+SLURM_BUSY_FLAGS = ("REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERING_DOWN", "POWERED_DOWN", "POWERING_UP",
+                    "POWER_DOWN", "POWER_UP", "MAINTENANCE", "NOT_RESPONDING", "FAIL", "FUTURE", "UNKNOWN")
+
+
+@dataclass(frozen=True)
+class Policy:
+    enabled: bool = True                         # the master switch: False, and nothing is changed
+    reason_prefix: str = DEFAULT_PREFIX
+    max_reason_len: int = DEFAULT_MAX_LEN
+    resume_default: str = "auto"                 # auto | after_reboot | never
+    resume_by_check: Mapping[str, str] = field(default_factory=dict)
+
+    def resume_mode(self, cause: DrainReason) -> str:
+        return self.resume_by_check.get(cause.check or "", self.resume_default)
+
+    @classmethod
+    def from_config(cls, config) -> "Policy":
+        drain = config.section("drain")
+        return cls(enabled=bool(drain.get("enabled", True)),
+                   reason_prefix=str(drain.get("reason_prefix", DEFAULT_PREFIX)),
+                   max_reason_len=int(drain.get("max_reason_len", DEFAULT_MAX_LEN)))
+
+
+@dataclass
+class Decision:
+    kind: str
+    node: str
+    rule: str                                    # the row of RULES that decided
+    why: str                                     # one line for the log
+    reason: Optional[str] = None                 # drain: the reason to set; else the node's current one
+    cause: Optional[DrainReason] = None          # drain: the cause; resume: the cause we drained for
+    scontrol: Optional[Tuple[str, ...]] = None   # the scontrol arguments drain/resume runs (blocked: would run)
+
+    @property
+    def changes_slurm(self) -> bool:
+        return self.kind in ("drain", "resume")
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything a rule may look at."""
+    node_name: str
+    node: Optional[NodeInfo]                     # None: Slurm could not be asked
+    causes: Tuple[DrainReason, ...]              # the drain causes found now, strongest first
+    policy: Policy
+    slurm_error: str = ""                        # why Slurm could not be asked
+    rebooted_since_drain: Optional[bool] = None  # None: not known
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.causes)
+
+    @property
+    def reason(self) -> str:
+        return self.node.reason if self.node is not None else ""
+
+    @property
+    def ours(self) -> Optional[DrainReason]:
+        return parse_reason(self.reason, self.policy.reason_prefix) if self.reason else None
+
+    @property
+    def foreign_reason(self) -> bool:
+        return bool(self.reason) and not is_ours(self.reason, self.policy.reason_prefix)
+
+    @property
+    def out_of_service(self) -> bool:
+        return self.node is not None and (self.node.drained or self.node.down)
+
+    @property
+    def same_cause(self) -> bool:
+        ours = self.ours
+        return ours is not None and ours.check is not None and ours.cause in {c.cause for c in self.causes}
+
+    def busy_flags(self) -> List[str]:
+        return [flag for flag in (self.node.flags if self.node else []) if flag in SLURM_BUSY_FLAGS]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    when: Callable[[Situation], bool]
+    then: Callable[[Situation], Decision]
+
+
+# -- outcomes --------------------------------------------------------------------------------------
+
+def _none(rule: str, why: Callable[[Situation], str]) -> Callable[[Situation], Decision]:
+    return lambda s: Decision("none", s.node_name, rule, why(s), reason=s.reason or None, cause=s.ours)
+
+
+def _leave(rule: str, why: Callable[[Situation], str]) -> Callable[[Situation], Decision]:
+    return lambda s: Decision("leave-alone", s.node_name, rule, why(s), reason=s.reason or None, cause=s.ours)
+
+
+def _drain(rule: str, why: Callable[[Situation], str]) -> Callable[[Situation], Decision]:
+    def then(s: Situation) -> Decision:
+        cause = s.causes[0]
+        text = format_reason(cause, s.policy.reason_prefix, s.policy.max_reason_len)
+        return Decision("drain", s.node_name, rule, why(s), reason=text, cause=cause,
+                        scontrol=drain_argv(s.node_name, text))
+    return then
+
+
+def _resume(rule: str, why: Callable[[Situation], str]) -> Callable[[Situation], Decision]:
+    return lambda s: Decision("resume", s.node_name, rule, why(s), reason=s.reason, cause=s.ours,
+                              scontrol=resume_argv(s.node_name))
+
+
+def _set_by(s: Situation) -> str:
+    user = s.node.reason_user if s.node is not None else ""
+    return f" by {user}" if user else ""
+
+
+def _cause_text(cause: Optional[DrainReason]) -> str:
+    return cause.cause if cause is not None and cause.check else "an older reason of ours"
+
+
+def _blocked_unreachable(s: Situation) -> Decision:
+    cause = s.causes[0]
+    text = format_reason(cause, s.policy.reason_prefix, s.policy.max_reason_len)
+    return Decision("blocked", s.node_name, "slurm-unreachable-fault",
+                    f"Slurm could not be asked ({s.slurm_error or 'no answer'}); not draining for "
+                    f"{cause.cause} now, the next run retries", reason=text, cause=cause,
+                    scontrol=drain_argv(s.node_name, text))
+
+
+def _resume_mode(s: Situation) -> str:
+    ours = s.ours
+    return s.policy.resume_mode(ours) if ours is not None else "never"
+
+
+# -- the table ---------------------------------------------------------------------------------------
+
+RULES: Tuple[Rule, ...] = (
+    Rule("slurm-unreachable-fault",
+         lambda s: s.node is None and s.wanted, _blocked_unreachable),
+    Rule("slurm-unreachable-healthy",
+         lambda s: s.node is None,
+         _none("slurm-unreachable-healthy", lambda s: "no drain finding; Slurm could not be asked "
+                                                       f"({s.slurm_error or 'no answer'})")),
+    Rule("slurm-busy",
+         lambda s: bool(s.busy_flags()),
+         _leave("slurm-busy", lambda s: f"Slurm is handling the node ({'+'.join(s.busy_flags())}); "
+                                        "nothing of ours is applied")),
+    Rule("foreign-reason",
+         lambda s: s.foreign_reason,
+         _leave("foreign-reason", lambda s: f"reason {s.reason!r} was set{_set_by(s)}, not by this tool: "
+                                            "it is never overwritten nor resumed")),
+    Rule("foreign-out-of-service",
+         lambda s: s.out_of_service and s.ours is None,
+         _leave("foreign-out-of-service", lambda s: f"the node is {s.node.state} without a reason of ours: "
+                                                    "someone else's, left alone")),
+    Rule("drained-same-cause",
+         lambda s: s.wanted and s.node.drained and s.same_cause,
+         _none("drained-same-cause", lambda s: f"already drained by us for {s.ours.cause}")),
+    Rule("drained-new-cause",
+         lambda s: s.wanted and s.node.drained and s.ours is not None,
+         _drain("drained-new-cause", lambda s: f"drained by us for {_cause_text(s.ours)}, which is gone; "
+                                               f"the reason now names {s.causes[0].cause}")),
+    Rule("drain",
+         lambda s: s.wanted and not s.node.drained,
+         _drain("drain", lambda s: f"{s.causes[0].cause}: "
+                                   f"{len(s.causes)} cause(s) to drain for")),
+    Rule("resume-wait-completing",
+         lambda s: s.out_of_service and s.node.has("COMPLETING"),
+         _leave("resume-wait-completing", lambda s: "healthy, but a job is completing: resume on a later run")),
+    Rule("resume-never",
+         lambda s: s.out_of_service and _resume_mode(s) == "never",
+         _none("resume-never", lambda s: f"drained by us for {_cause_text(s.ours)}, which needs an admin: "
+                                         "not resumed automatically (slurm-gpu resume)")),
+    Rule("resume-wait-reboot",
+         lambda s: s.out_of_service and _resume_mode(s) == "after_reboot" and not s.rebooted_since_drain,
+         _none("resume-wait-reboot", lambda s: f"healthy, but {_cause_text(s.ours)} is resumed only after "
+                                               "a reboot since the drain")),
+    Rule("resume",
+         lambda s: s.out_of_service,
+         _resume("resume", lambda s: f"every check passes; drained by us for {_cause_text(s.ours)}")),
+    Rule("healthy",
+         lambda s: True,
+         _none("healthy", lambda s: "no drain finding")),
+)
+
+
+def _master_switch(decision: Decision, policy: Policy) -> Decision:
+    """NHC's master switch: with actions off, a drain or resume becomes ``blocked``."""
+    if policy.enabled or not decision.changes_slurm:
+        return decision
+    return Decision("blocked", decision.node, "actions-off",
+                    f"actions are off ([drain] enabled = false); would {decision.kind}: {decision.why}",
+                    reason=decision.reason, cause=decision.cause, scontrol=decision.scontrol)
+
+
+def decide(node_name: str, node: Optional[NodeInfo], findings: Sequence[Finding], policy: Policy,
+           slurm_error: str = "", rebooted_since_drain: Optional[bool] = None) -> Decision:
+    """The decision for one node. ``node`` is None when Slurm could not be asked (``slurm_error``
+    says why); ``rebooted_since_drain`` matters to causes resumed only after a reboot."""
+    situation = Situation(node_name=node_name, node=node, causes=tuple(drain_causes(findings)),
+                          policy=policy, slurm_error=slurm_error, rebooted_since_drain=rebooted_since_drain)
+    return _master_switch(rule_for(situation).then(situation), policy)
+
+
+def rule_for(situation: Situation) -> Rule:
+    for rule in RULES:
+        if rule.when(situation):
+            return rule
+    raise AssertionError("the last rule always holds")
+
+
+def rule_names() -> List[str]:
+    return [rule.name for rule in RULES] + ["actions-off"]
+
+
+def as_dict(decision: Decision) -> Dict[str, object]:
+    return {"node": decision.node, "decision": decision.kind, "rule": decision.rule, "why": decision.why,
+            "reason": decision.reason, "scontrol": list(decision.scontrol) if decision.scontrol else None}
