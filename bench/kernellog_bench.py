@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,8 +76,9 @@ def _fill(template: str, rng: random.Random, moment: int, second: int, n: int) -
                            a=rng.randrange(8), b=rng.randrange(1, 254), port=rng.randrange(1024, 65535))
 
 
-def generate(path: str, size: int, seed: int = 1) -> int:
-    """Write about ``size`` bytes of log, streaming (memory stays at one block); returns Xid lines.
+def generate(path: str, size: int, seed: int = 1, xid_every: Optional[int] = XID_EVERY) -> int:
+    """Write about ``size`` bytes of log, streaming (memory stays at one block); returns Xid lines
+    (about one per ``xid_every`` lines; None: none).
 
     Message bodies come from a pool refreshed now and then (formatting every line would make
     writing the log slower than reading it); each second gets its own timestamp."""
@@ -93,7 +95,9 @@ def generate(path: str, size: int, seed: int = 1) -> int:
                         for i in range(lines_per_second)]
             stamp = time.strftime("%b %d %H:%M:%S", time.localtime(moment)) + " gpu001 "
             bodies = rng.choices(pool, k=lines_per_second)
-            for _ in range(sum(1 for _ in range(lines_per_second // 1000) if rng.randrange(XID_EVERY // 1000) == 0)):
+            hits = sum(1 for _ in range(lines_per_second // 1000) if rng.randrange(xid_every // 1000) == 0) \
+                if xid_every else 0
+            for _ in range(hits):
                 bodies[rng.randrange(lines_per_second)] = _fill(rng.choice(_XIDS), rng, moment, second, rng.randrange(10**6))
                 xids += 1
             data = (stamp + ("\n" + stamp).join(bodies) + "\n").encode()

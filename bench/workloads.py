@@ -1,0 +1,261 @@
+"""What ``bench/run`` measures: a simulated node for the hooks, generated inputs in real
+formats (a kernel log, ``sacct -P`` lines), and the probe programs run in fresh processes.
+
+Nothing here times anything; ``bench/run`` does.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+from kernellog_bench import XID_EVERY, generate  # noqa: F401  (re-exported: the density)
+
+NODE = "gpu1"
+JOB_ID = "4242"
+GPUS = "0,1,2,3,4,5,6,7"
+
+# A full scan of a kernel log, as the health check's first read of a log does it.
+SCAN_PROBE = ("import sys\n"
+              "from healthcheck.kernellog.api import scan_events\n"
+              "scan_events(sys.argv[1])\n")
+# The floor of the summary: read the same lines and split them, nothing else.
+SPLIT_PROBE = ("import sys\n"
+               "n = 0\n"
+               "with open(sys.argv[1], encoding='utf-8', errors='replace') as handle:\n"
+               "    for line in handle:\n"
+               "        n += len(line.rstrip('\\n').split('|'))\n")
+
+
+def write_kernel_log(path: str, size: int, xid_every: Optional[int] = XID_EVERY) -> int:
+    """About ``size`` bytes of syslog-format kernel log; Xid-type lines one per ``xid_every``
+    lines (None: none). Returns how many Xid-type lines were written."""
+    return generate(path, size, xid_every=xid_every)
+
+
+def warm(path: str) -> None:
+    """Read a file once so every timed reader finds it in the page cache."""
+    with open(path, "rb", buffering=0) as handle:
+        while handle.read(8 << 20):
+            pass
+
+
+def project_env(root: str) -> Dict[str, str]:
+    """The caller's environment without anything that would point a hook elsewhere."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "SLURMD_")) and k not in ("CUDA_VISIBLE_DEVICES",)}
+    env["LC_ALL"] = "C.UTF-8"
+    return env
+
+
+def _next_to(python: str, command: str) -> Optional[str]:
+    path = os.path.join(os.path.dirname(python), command)
+    return path if os.access(path, os.X_OK) else None
+
+
+def slurm_gpu_argv(python: str) -> List[str]:
+    script = _next_to(python, "slurm-gpu")
+    return [script] if script else [python, "-c", "import sys; from slurm_hooks.cli import main; sys.exit(main())"]
+
+
+def summary_fields(command: Sequence[str], env: Dict[str, str]) -> Optional[List[str]]:
+    """The sacct fields ``slurm-gpu summary --input`` reads, or None when this tree has no summary."""
+    try:
+        done = subprocess.run([*command, "summary", "--sacct-format"], capture_output=True, text=True,
+                              env=env, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = done.stdout.strip().split(",")
+    if done.returncode != 0 or len(fields) < 3 or not all(f.isidentifier() for f in fields):
+        return None
+    return fields
+
+
+# -- a simulated node for the hooks ----------------------------------------------------------------
+_SCONTROL = """#!/bin/sh
+# A stand-in for scontrol in the benchmark: answers like Slurm 22.05, counts its calls.
+echo "scontrol $*" >> "{calls}"
+case "$1 $2" in
+  "show job") echo "JobId={job} JobName=train UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A Priority=4294901759 Nice=0 Account=ml QOS=normal JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=01:00:03 TimeLimit=02:00:00 TimeMin=N/A SubmitTime=2026-11-30T10:00:00 EligibleTime=2026-11-30T10:00:00 AccrueTime=2026-11-30T10:00:00 StartTime=2026-11-30T10:00:01 EndTime=2026-11-30T11:00:04 Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T10:00:01 Scheduler=Main Partition=gpu AllocNode:Sid=login1:4242 ReqNodeList=(null) ExcNodeList=(null) NodeList={node} BatchHost={node} NumNodes=1 NumCPUs=64 NumTasks=8 CPUs/Task=8 ReqB:S:C:T=0:0:*:* TRES=cpu=64,mem=512G,node=1,billing=64,gres/gpu=8 Socks/Node=* NtasksPerN:B:S:C=8:0:*:* CoreSpec=* MinCPUsNode=64 MinMemoryNode=512G MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/home/alice/train.sh WorkDir=/home/alice StdErr=/home/alice/slurm-{job}.out StdIn=/dev/null StdOut=/home/alice/slurm-{job}.out Power= TresPerNode=gres:gpu:8" ;;
+  "show node") echo "NodeName={node} Arch=x86_64 CoresPerSocket=32 CPUAlloc=0 CPUEfctv=64 CPUTot=64 CPULoad=0.52 AvailableFeatures=h100 ActiveFeatures=h100 Gres=gpu:h100:8 NodeAddr={node} NodeHostName={node} Version=22.05.8 OS=Linux 6.1.0-27-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.115-1 RealMemory=2000000 AllocMem=0 FreeMem=1900000 Sockets=2 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu BootTime=2026-11-01T08:00:00 SlurmdStartTime=2026-11-01T08:01:00 LastBusyTime=2026-11-30T11:00:04 CfgTRES=cpu=64,mem=2000000M,billing=64,gres/gpu=8 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s" ;;
+esac
+exit 0
+"""
+_QUIET = """#!/bin/sh
+# A stand-in for {name} in the benchmark: succeeds silently, counts its calls.
+echo "{name} $*" >> "{calls}"
+exit 0
+"""
+
+
+class HookNode:
+    """A healthy simulated 8x H100 node (8 IB ports) with its own config and state dir, and
+    stand-ins for Slurm's commands (the hooks run with no Slurm here)."""
+
+    def __init__(self, work: str, python: str, root: str):
+        self.work, self.python, self.root = work, python, root
+        os.makedirs(work, exist_ok=True)
+        shutil.copytree(os.path.join(root, "etc", "sim"), os.path.join(work, "sim"), dirs_exist_ok=True)
+        self.state_dir = os.path.join(work, "state")
+        self.bin_dir = os.path.join(work, "slurm-bin")
+        self.calls = os.path.join(work, "slurm-calls.log")
+        os.makedirs(self.bin_dir, exist_ok=True)
+        self._write(os.path.join(self.bin_dir, "scontrol"), _SCONTROL.format(calls=self.calls, job=JOB_ID, node=NODE))
+        for name in ("sacct", "sacctmgr", "sinfo"):
+            self._write(os.path.join(self.bin_dir, name), _QUIET.format(calls=self.calls, name=name))
+        self.config = os.path.join(work, "config.toml")
+        with open(self.config, "w", encoding="utf-8") as handle:
+            handle.write(
+                f'[paths]\nstate_dir = "{self.state_dir}"\n'
+                '[gpu]\nbackend = "sim"\n'
+                '[sim]\nprofile = "sim/h100-healthy.toml"\n'
+                '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n'
+                f'[slurm]\nbin_dir = "{self.bin_dir}"\n')
+
+    @staticmethod
+    def _write(path: str, text: str) -> None:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(path, 0o755)
+
+    def hook_argv(self, hook: str) -> List[str]:
+        """The hook as slurm.conf runs it: the installed console script."""
+        script = _next_to(self.python, f"slurm-gpu-{hook}")
+        if script:
+            return [script]
+        module = {"prolog": "slurm_hooks.prolog", "epilog": "slurm_hooks.epilog",
+                  "healthcheck": "healthcheck.program"}[hook]
+        return [self.python, "-m", module]
+
+    # Slurm passes no PATH, HOME or USER (docs: slurm-lab-facts section 4).
+    def bare_env(self) -> Dict[str, str]:
+        return {"SLURM_GPU_HOOKS_CONFIG": self.config}
+
+    def prolog_env(self, context: str = "prolog_slurmd") -> Dict[str, str]:
+        env = self.bare_env()
+        env.update({"SLURMD_NODENAME": NODE, "SLURM_CLUSTER_NAME": "bench", "SLURM_JOBID": JOB_ID,
+                    "SLURM_JOB_ID": JOB_ID, "SLURM_JOB_ACCOUNT": "ml", "SLURM_JOB_CPUS_PER_NODE": "64",
+                    "SLURM_JOB_GID": "1000", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_PARTITION": "gpu",
+                    "SLURM_JOB_RESTART_COUNT": "0", "SLURM_JOB_UID": "1000", "SLURM_JOB_USER": "alice",
+                    "SLURM_JOB_WORK_DIR": "/home/alice", "SLURM_NODELIST": NODE, "SLURM_UID": "1000",
+                    "SLURM_SCRIPT_CONTEXT": context, "SLURM_JOB_GPUS": GPUS, "CUDA_VISIBLE_DEVICES": GPUS,
+                    "GPU_DEVICE_ORDINAL": GPUS, "ROCR_VISIBLE_DEVICES": GPUS, "ZE_AFFINITY_MASK": GPUS})
+        return env
+
+    def epilog_env(self) -> Dict[str, str]:
+        env = self.prolog_env("epilog_slurmd")
+        env.update({"SLURM_JOB_DERIVED_EC": "0", "SLURM_JOB_EXIT_CODE": "0", "SLURM_JOB_EXIT_CODE2": "0:0"})
+        return env
+
+    def healthcheck_env(self) -> Dict[str, str]:
+        env = self.bare_env()
+        env["SLURMD_NODENAME"] = NODE
+        return env
+
+    def sim_kernel_log(self) -> str:
+        from healthcheck.config import Config
+        from healthcheck.sim.node import SimNode
+
+        config = Config.load(self.config)
+        sim = SimNode(config.state_dir, NODE, config.sim_profile_path(NODE))
+        sim.ensure()
+        return sim.kernel_log_path
+
+    def fill_kernel_log(self, size: int) -> None:
+        """Append ``size`` bytes of Xid-free kernel log to the node's log (the hooks' first,
+        untimed run reads it and commits its cursor; the timed runs find it already read)."""
+        path = self.sim_kernel_log()
+        bulk = path + ".bulk"
+        write_kernel_log(bulk, size, xid_every=None)
+        with open(path, "ab") as out, open(bulk, "rb") as src:
+            shutil.copyfileobj(src, out, 8 << 20)
+        os.unlink(bulk)
+
+    def kernel_log_size(self) -> int:
+        try:
+            return os.path.getsize(self.sim_kernel_log())
+        except OSError:
+            return 0
+
+    def slurm_calls(self, hook: str) -> int:
+        """How many Slurm commands one run of ``hook`` makes (through the stand-ins)."""
+        env = {"epilog": self.epilog_env, "prolog": self.prolog_env, "healthcheck": self.healthcheck_env}[hook]()
+        if os.path.exists(self.calls):
+            os.unlink(self.calls)
+        subprocess.run(self.hook_argv(hook), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=120)
+        if not os.path.exists(self.calls):
+            return 0
+        with open(self.calls, encoding="utf-8") as handle:
+            return sum(1 for _ in handle)
+
+
+# -- sacct lines for the summary ------------------------------------------------------------------
+_STATES = [("COMPLETED", "0:0", 70), ("FAILED", "1:0", 11), ("CANCELLED by 1000", "0:15", 7), ("TIMEOUT", "0:0", 5),
+           ("OUT_OF_MEMORY", "0:125", 2), ("PREEMPTED", "0:0", 2), ("REQUEUED", "0:0", 1), ("NODE_FAIL", "0:0", 1),
+           ("RUNNING", "0:0", 1)]
+_HW = [("GPU_LOST", 79), ("GPU_ECC", 48), ("GPU_XID", 31), ("NVLINK", 74), ("INFINIBAND", None)]
+
+
+def write_sacct(path: str, fields: Sequence[str], jobs: int, seed: int = 7) -> None:
+    """``jobs`` lines of ``sacct -a -D -X -P`` for ``fields``, a few months of a 256-node GPU
+    cluster: mostly completed jobs, some with this tool's AdminComment entries, a few
+    hardware failures, a jobstats blob here and there. Fields this generator does not know
+    are left empty (as sacct prints an unset field)."""
+    import json
+
+    rng = random.Random(seed)
+    states = [s for s, _, w in _STATES for _ in range(w)]
+    exits = {s: e for s, e, _ in _STATES}
+    users = [f"user{n:03d}" for n in range(120)]
+    start = int(time.time()) - 120 * 86400
+    iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))  # noqa: E731
+    with open(path, "w", encoding="utf-8") as out:
+        out.write("|".join(fields) + "\n")
+        for n in range(jobs):
+            job = 1_000_000 + n
+            state = rng.choice(states)
+            nnodes = rng.choice((1, 1, 1, 1, 2, 4, 8, 16))
+            first = rng.randrange(1, 257 - nnodes)
+            nodelist = f"gpu{first:03d}" if nnodes == 1 else f"gpu[{first:03d}-{first + nnodes - 1:03d}]"
+            submit = start + n * 10
+            began = submit + rng.randrange(0, 3600)
+            elapsed = rng.randrange(30, 86400)
+            gpus = 8 * nnodes
+            comment = ""
+            if rng.random() < 0.6:
+                cls = state.split()[0]
+                entries = []
+                if state in ("FAILED", "NODE_FAIL") and rng.random() < 0.08:
+                    cls, xid = rng.choice(_HW)
+                    hw = {"v": 1, "node": nodelist.replace("[", "").split("-")[0].split(",")[0], "class": cls,
+                          "gpu": rng.randrange(8), "t": began + elapsed}
+                    if xid:
+                        hw["xid"] = xid
+                    entries.append("SGH1:" + json.dumps(hw, separators=(",", ":")))
+                entries.append("SGH1:" + json.dumps({"v": 1, "node": "*", "class": cls, "nodes": nodelist,
+                                                     "t": began + elapsed}, separators=(",", ":")))
+                comment = " ".join(entries)
+            if rng.random() < 0.2:
+                comment = ("JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTtVRUCopSsxLT1WyUkrOz81NzSvJzEtXqgUAZqK0GSIAAAA= "
+                           + comment).strip()
+            values = {
+                "JobIDRaw": str(job), "JobID": str(job) if rng.random() < 0.9 else f"{job - 5}_{rng.randrange(100)}",
+                "DBIndex": str(5_000_000 + n), "User": rng.choice(users), "Account": f"proj{rng.randrange(30):02d}",
+                "Partition": rng.choice(("gpu", "gpu", "gpu", "low", "high")), "State": state,
+                "ExitCode": exits[state], "Submit": iso(submit), "Start": iso(began),
+                "End": "Unknown" if state == "RUNNING" else iso(began + elapsed), "ElapsedRaw": str(elapsed),
+                "Elapsed": f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
+                "AllocTRES": f"billing={8 * gpus},cpu={8 * gpus},gres/gpu={gpus},mem={64 * gpus}G,node={nnodes}",
+                "NNodes": str(nnodes), "NodeList": nodelist, "AdminComment": comment,
+                "JobName": rng.choice(("train", "eval", "llama-70b-sft", "bash", "nccl-tests", "data prep")),
+            }
+            out.write("|".join(values.get(f, "") for f in fields) + "\n")
+
+
+if __name__ == "__main__":  # pragma: no cover - a helper for trying the generators by hand
+    print(__doc__, file=sys.stderr)

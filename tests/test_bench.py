@@ -1,0 +1,30 @@
+"""``bench/run`` (a contract: called from outside the project) writes every key of issue 13's
+table. Only its tiny mode runs here, and no figure is judged: a test never asserts a timing."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from .conftest import ROOT
+
+KEYS = ("floor_ms", "prolog_vs_floor", "epilog_vs_floor", "healthcheck_vs_floor", "healthcheck_log_growth",
+        "xid_scan_vs_grep", "xid_scan_peak_mb", "summary_1m_vs_floor", "summary_1m_peak_mb", "healthcheck_peak_mb")
+
+
+def test_bench_run_tiny_writes_every_key(tmp_path):
+    out = tmp_path / "results.json"
+    env = dict(os.environ, SLURM_GPU_BENCH_NO_REEXEC="1")
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "run"), "--tiny", "--out", str(out)],
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert set(KEYS) <= set(results)
+    for key in KEYS:
+        # A figure is a number, or null with the reason said (the summary, before it lands).
+        assert isinstance(results[key], (int, float)) or key in results["null_reasons"], key
+    assert results["mode"] == "tiny" and results["interpreter"] == sys.executable
+    assert "hook_failures" not in results, results.get("hook_failures")
+    for key in KEYS:
+        assert key in done.stdout                              # the printed table names every key
