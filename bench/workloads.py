@@ -37,6 +37,13 @@ def write_kernel_log(path: str, size: int, xid_every: Optional[int] = XID_EVERY)
     return generate(path, size, xid_every=xid_every)
 
 
+def run_seconds(argv: Sequence[str], env: Dict[str, str]) -> float:
+    """Wall time of one whole process (output discarded into a pipe, not /dev/null)."""
+    began = time.perf_counter()
+    subprocess.run(list(argv), env=env, stdin=subprocess.DEVNULL, capture_output=True)
+    return time.perf_counter() - began
+
+
 def warm(path: str) -> None:
     """Read a file once so every timed reader finds it in the page cache."""
     with open(path, "rb", buffering=0) as handle:
