@@ -69,6 +69,19 @@ def slurm_gpu_argv(python: str) -> List[str]:
     return [script] if script else [python, "-c", "import sys; from slurm_hooks.cli import main; sys.exit(main())"]
 
 
+def hook_module(hook: str) -> str:
+    """The module whose ``main`` is ``slurm-gpu-<hook>``, from the installed entry points."""
+    from importlib.metadata import entry_points
+
+    name = f"slurm-gpu-{hook}"
+    found = [ep for ep in entry_points().get("console_scripts", [])
+             if ep.name == name] if isinstance(entry_points(), dict) else \
+        list(entry_points(group="console_scripts", name=name))
+    if not found:
+        raise SystemExit(f"bench: no console script {name} installed: run `source scripts/bootstrap.sh` first")
+    return found[0].value.split(":")[0]
+
+
 def summary_fields(command: Sequence[str], env: Dict[str, str]) -> Optional[List[str]]:
     """The sacct fields ``slurm-gpu summary --input`` reads, or None when this tree has no summary."""
     try:
@@ -134,9 +147,7 @@ class HookNode:
         script = _next_to(self.python, f"slurm-gpu-{hook}")
         if script:
             return [script]
-        module = {"prolog": "slurm_hooks.prolog", "epilog": "slurm_hooks.epilog",
-                  "healthcheck": "healthcheck.program"}[hook]
-        return [self.python, "-m", module]
+        return [self.python, "-c", f"import sys; from {hook_module(hook)} import main; sys.exit(main())"]
 
     # Slurm passes no PATH, HOME or USER (docs: slurm-lab-facts section 4).
     def bare_env(self) -> Dict[str, str]:
