@@ -119,7 +119,6 @@ class HookNode:
     def __init__(self, work: str, python: str, root: str):
         self.work, self.python, self.root = work, python, root
         os.makedirs(work, exist_ok=True)
-        shutil.copytree(os.path.join(root, "etc", "sim"), os.path.join(work, "sim"), dirs_exist_ok=True)
         self.state_dir = os.path.join(work, "state")
         self.bin_dir = os.path.join(work, "slurm-bin")
         self.calls = os.path.join(work, "slurm-calls.log")
@@ -132,7 +131,7 @@ class HookNode:
             handle.write(
                 f'[paths]\nstate_dir = "{self.state_dir}"\n'
                 '[gpu]\nbackend = "sim"\n'
-                '[sim]\nprofile = "sim/h100-healthy.toml"\n'
+                '[sim]\nprofile = "h100-healthy"\n'
                 '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n'
                 f'[slurm]\nbin_dir = "{self.bin_dir}"\n')
 
