@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from . import tomlio
 from .findings import ACTIONS, action_for
 from .kernellog.events import XID_ACTIONS
+from .facts import NVML_DRIVER_FACTS
 from .schema import Field, Problem, merge, validate
 
 DEFAULT_CONFIG_PATH = "/etc/slurm-gpu-hooks/config.toml"
@@ -70,6 +71,8 @@ NODE_SCHEMA: Dict[str, Any] = {
     "power_limit_w": Field(float, minimum=0),
     "pcie_gen": Field(int, minimum=1),
     "pcie_width": Field(int, minimum=1),
+    # Facts an older driver may not give (then they fail nothing) that this hardware must report.
+    "nvml_required": Field(list, item=Field(str, choices=NVML_DRIVER_FACTS)),
 }
 
 _NUMBER = Field(float, minimum=0)

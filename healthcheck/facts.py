@@ -37,6 +37,15 @@ NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
 IB_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
                "local_link_integrity_errors", "excessive_buffer_overrun_errors")
 
+# Their width in bits (kernel drivers/infiniband/core/sysfs.c, the PMA PortCounters fields):
+# each stops at its maximum, 2**bits - 1, until cleared. Other counters are 64-bit.
+IB_COUNTER_BITS = {"symbol_error": 16, "port_rcv_errors": 16, "link_downed": 8, "link_error_recovery": 8,
+                   "local_link_integrity_errors": 4, "excessive_buffer_overrun_errors": 4}
+
+# The facts an NVML probe can lose to an old driver (healthcheck/data/nvml-functions.tsv) and
+# that [[nodes]] nvml_required can demand.
+NVML_DRIVER_FACTS = ("fabric", "clock_event_reasons", "processes")
+
 # NVML's fabric states (NVML_GPU_FABRIC_STATE_*), by value.
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 
@@ -68,6 +77,10 @@ class GpuFacts:
     fabric_state: Optional[int] = None           # None: the GPU has no fabric to join
     fabric_status: Optional[int] = None          # an NVML return code once state is completed
     processes: Optional[List[Dict[str, Any]]] = None   # pid, used_memory_mib (None: unknown)
+    # Facts this driver cannot give (its libnvidia-ml lacks every call for them; pynvml said
+    # FunctionNotFound or NVMLLibraryMismatchError): fact -> what was missing. Such a fact is
+    # also in ``unsupported``; it fails nothing unless [[nodes]] nvml_required names it.
+    driver_missing: Dict[str, str] = field(default_factory=dict)
 
     def subject(self) -> str:
         where = f" ({self.pci_bus_id})" if self.pci_bus_id else ""

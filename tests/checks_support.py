@@ -14,6 +14,10 @@ from .conftest import SIM_PROFILES
 
 # The [[nodes]] entry that describes each shipped profile's hardware (keyed by NVML name).
 HARDWARE: Dict[str, Dict[str, Any]] = {
+    # PCIe cards without a bridge: no NVLink expectation at all (before "A100": first match wins).
+    "A100 80GB PCIe": dict(gpus=4, gpu_model="A100", nvswitch_fabric=False,
+                           ib_ports=["mlx5_0:1", "mlx5_1:1"], ib_rate_gbps=200,
+                           ib_link_layer="InfiniBand", power_limit_w=300),
     "H100": dict(gpus=8, gpu_model="H100", nvlinks_per_gpu=18, nvswitch_fabric=True,
                  ib_ports=[f"mlx5_{i}:1" for i in range(8)], ib_rate_gbps=400,
                  ib_link_layer="InfiniBand", power_limit_w=700),

@@ -25,7 +25,9 @@ def fabric_state(inp: CheckInput) -> List[Finding]:
         evidence = {"state": FABRIC_STATES.get(state, state) if state is not None else None,
                     "status": status, "expected": expected}
         if state is None:
-            if expected:
+            # A driver too old to report the fabric (R470) is not a fault: gpu.nvml says so
+            # when [[nodes]] nvml_required demands the fact.
+            if expected and "fabric" not in gpu.driver_missing:
                 findings.append(inp.finding("nvlink.fabric", "fail",
                                             f"{gpu.subject()}: no NVSwitch fabric reported, one is expected",
                                             gpu=gpu, evidence=evidence))

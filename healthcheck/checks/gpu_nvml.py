@@ -39,4 +39,22 @@ def nvml_usable(inp: CheckInput) -> List[Finding]:
             reads = ", ".join(f"{what}: {text}" for what, text in sorted(gpu.errors.items()))
             findings.append(inp.finding("gpu.nvml", "error", f"{gpu.subject()}: NVML refused some reads ({reads})",
                                         gpu=gpu, evidence={"nvml_errors": dict(gpu.errors)}))
+    findings.extend(_required_facts(inp))
+    return findings
+
+
+def _required_facts(inp: CheckInput) -> List[Finding]:
+    """A fact the driver cannot give fails only where [[nodes]] nvml_required demands it."""
+    required = inp.expected.get("nvml_required") or []
+    findings: List[Finding] = []
+    for gpu in inp.healthy_gpus():
+        lacking = [fact for fact in required if fact in gpu.driver_missing]
+        if lacking:
+            calls = "; ".join(f"{fact}: {gpu.driver_missing[fact]}" for fact in lacking)
+            findings.append(inp.finding(
+                "gpu.nvml", "fail",
+                f"{gpu.subject()}: driver {inp.nvml.driver_version or '?'} cannot report "
+                f"{', '.join(lacking)} ([[nodes]] nvml_required), missing {calls}",
+                gpu=gpu, evidence={"driver_version": inp.nvml.driver_version, "lacking": lacking,
+                                   "missing_functions": {f: gpu.driver_missing[f] for f in lacking}}))
     return findings

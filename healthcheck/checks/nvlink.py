@@ -34,6 +34,8 @@ def links_down(inp: CheckInput) -> List[Finding]:
             continue
         down = sorted(link for link, state in states.items() if not state)
         active = len(states) - len(down)
+        if expected is None and not active:
+            continue       # PCIe cards without an NVLink bridge report every link present but down
         if expected is not None and active < expected:
             detail = f" (link {join_numbers(down)} down)" if down else ""
             message = f"{gpu.subject()}: {active} of {expected} NVLinks active{detail}"

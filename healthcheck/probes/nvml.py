@@ -10,9 +10,10 @@ that hangs costs only itself: the others are judged, and it is reported as not a
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from types import ModuleType
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..facts import NVLINK_COUNTERS, NVML_READ_GROUPS, GpuFacts, NvmlFacts
 from .deadline import ChildProbe, Emit
@@ -128,25 +129,48 @@ def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[E
 
     gpu = GpuFacts(index=index)
 
+    mismatch = _mismatch_error(pynvml)
+
     def read(feature: str, call: Callable[[], Any]) -> Any:
         """``call()``; None when unsupported or failed (noted), _Lost when the GPU is gone."""
-        try:
-            return call()
-        except pynvml.NVMLError_GpuIsLost as exc:
-            gpu.state, gpu.error = "lost", _text(exc)
-            raise _Lost() from None
-        except pynvml.NVMLError_NotSupported:
-            if feature not in gpu.unsupported:
-                gpu.unsupported.append(feature)
-            return None
-        except pynvml.NVMLError as exc:
-            gpu.errors.setdefault(feature, _text(exc))
-            return None
+        return first_exported(feature, [("", call)])
+
+    def first_exported(feature: str, calls: List[Tuple[str, Callable[[], Any]]]) -> Any:
+        """The first of ``calls`` whose NVML function this driver exports (older drivers lack
+        the newer calls: fall back); when none is, the fact is unsupported by the driver."""
+        missing = []
+        for name, call in calls:
+            try:
+                return call()
+            except pynvml.NVMLError_GpuIsLost as exc:
+                gpu.state, gpu.error = "lost", _text(exc)
+                raise _Lost() from None
+            except pynvml.NVMLError_NotSupported:
+                break
+            except (pynvml.NVMLError_FunctionNotFound, mismatch) as exc:
+                missing.append(name or type(exc).__name__)
+                continue
+            except pynvml.NVMLError as exc:
+                gpu.errors.setdefault(feature, _text(exc))
+                return None
+        if missing and len(missing) == len(calls):
+            gpu.driver_missing.setdefault(feature, ", ".join(missing))
+        if feature not in gpu.unsupported:
+            gpu.unsupported.append(feature)
+        return None
 
     try:
-        handle = read("handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index))
-        if handle is None:
-            gpu.state, gpu.error = "error", gpu.errors.get("handle", "no handle")
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except pynvml.NVMLError_GpuIsLost as exc:
+            gpu.state, gpu.error = "lost", _text(exc)
+            return gpu
+        except pynvml.NVMLError_Unknown as exc:
+            # What a GPU that fell off the bus often answers instead of GPU_IS_LOST.
+            gpu.state, gpu.error = "lost", f"{_text(exc)} when opening it"
+            return gpu
+        except pynvml.NVMLError as exc:
+            gpu.state, gpu.error = "error", _text(exc)
             return gpu
         gpu.name = _str(read("identity", lambda: nvml.nvmlDeviceGetName(handle)))
         gpu.uuid = _str(read("identity", lambda: nvml.nvmlDeviceGetUUID(handle)))
@@ -178,10 +202,10 @@ def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[E
             gpu.power_w = None if usage is None else usage / 1000.0      # NVML: milliwatts
             gpu.power_limit_w = None if limit is None else limit / 1000.0
         if "clocks" in wanted or "pcie" in wanted:
-            # Older pynvml (< 12.535) knows only the "throttle" spelling of the same call.
-            reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
-            gpu.clock_event_reasons = read("clock_event_reasons", lambda: reasons(handle))
+            # The "event" spelling exists from R535 (and pynvml 12.535); older drivers have
+            # only the "throttle" one, with the same bits.
+            gpu.clock_event_reasons = first_exported("clock_event_reasons", _calls(
+                nvml, handle, "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"))
         if "pcie" in wanted:
             gpu.pcie = {
                 "gen": read("pcie", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
@@ -192,9 +216,11 @@ def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[E
         if "nvlink" in wanted or "nvlink_errors" in wanted:
             _read_nvlink(nvml, pynvml, handle, gpu, "nvlink_errors" in wanted)
         if "fabric" in wanted:
-            _read_fabric(nvml, pynvml, handle, gpu, read)
+            _read_fabric(nvml, pynvml, handle, gpu, first_exported)
         if "processes" in wanted:
-            procs = read("processes", lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+            # R470-era drivers lack the _v3 call that pynvml's unversioned one makes.
+            procs = first_exported("processes", _calls(
+                nvml, handle, "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"))
             if procs is not None:
                 gpu.processes = [{"pid": int(p.pid), "used_memory_mib": _mib(getattr(p, "usedGpuMemory", None))}
                                  for p in procs]
@@ -267,20 +293,61 @@ def _read_nvlink(nvml, pynvml, handle, gpu: GpuFacts, with_errors: bool) -> None
             gpu.nvlink_errors[link] = counters
 
 
-def _read_fabric(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
-    struct_type = getattr(pynvml, "c_nvmlGpuFabricInfoV_t", None)
-    call = getattr(nvml, "nvmlDeviceGetGpuFabricInfoV", None)
-    if struct_type is None or call is None:
-        gpu.unsupported.append("fabric")
+# (pynvml function, pynvml structure): R550+ has the versioned call, R525..R545 only v1.
+# pynvml < 12.550 has no V2 structure: then v1 is all it can ask, on any driver.
+_FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+                 ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"))
+# nvml.h declares nvmlGpuFabricState_t as unsigned char; pynvml declares a wider field, whose
+# other bytes are the structure's padding (whatever the library left there).
+_FABRIC_STATE_MASK = 0xFF
+
+
+def _read_fabric(nvml, pynvml, handle, gpu: GpuFacts, first_exported) -> None:
+    calls = []
+    for function, struct_name in _FABRIC_CALLS:
+        call, struct_type = getattr(nvml, function, None), getattr(pynvml, struct_name, None)
+        if call is not None and struct_type is not None:
+            calls.append((function, _fabric_reader(call, struct_type, handle)))
+    info = first_exported("fabric", calls) if calls else None
+    if info is None:
+        if not calls and "fabric" not in gpu.unsupported:
+            gpu.unsupported.append("fabric")
         return
-    info = struct_type()
-    if read("fabric", lambda: call(handle, ctypes.byref(info))) is None:
-        return
-    state = int(info.state)
+    state = int(info.state) & _FABRIC_STATE_MASK
     if state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
-        gpu.unsupported.append("fabric")
+        if "fabric" not in gpu.unsupported:
+            gpu.unsupported.append("fabric")
         return
     gpu.fabric_state, gpu.fabric_status = state, int(info.status)
+
+
+def _fabric_reader(call, struct_type, handle) -> Callable[[], Any]:
+    def read() -> Any:
+        info = struct_type()
+        call(handle, ctypes.byref(info))
+        return info
+    return read
+
+
+def _calls(nvml: ModuleType, handle: Any, *functions: str) -> List[Tuple[str, Callable[[], Any]]]:
+    """(name, call) for each of ``functions`` that the bindings have, newest first."""
+    out = []
+    for name in functions:
+        function = getattr(nvml, name, None)
+        if function is not None:
+            out.append((name, functools.partial(function, handle)))
+    return out
+
+
+def _mismatch_error(pynvml: ModuleType) -> type:
+    """pynvml >= 12.550 raises NVMLLibraryMismatchError (a plain Exception, not an NVMLError)
+    when an unversioned call's versioned C function is missing; older bindings have no such
+    class (a class nothing raises stands in)."""
+    return getattr(pynvml, "NVMLLibraryMismatchError", None) or _NeverRaised
+
+
+class _NeverRaised(Exception):
+    pass
 
 
 # -- small conversions ---------------------------------------------------------------------------

@@ -5,10 +5,13 @@ classes, re-exported from pynvml itself), so ``healthcheck.probes.nvml`` runs un
 it. ``tests/test_sim_nvml.py`` fails if a public name here is missing from pynvml.
 
 Each ``nvmlInit`` re-reads the live profile, so ``slurm-gpu sim inject`` changes what the
-next probe sees.
+next probe sees. The profile's ``[node] driver_version`` decides which functions exist: a call
+into a C function that branch does not export raises what pynvml raises then
+(``healthcheck/data/nvml-functions.tsv``).
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Dict, List, Optional
 
@@ -34,17 +37,18 @@ from pynvml import (  # noqa: F401  (re-exported: callers catch pynvml's own cla
     NVML_VOLATILE_ECC,
     NVMLError,
     NVMLError_DriverNotLoaded,
+    NVMLError_FunctionNotFound,
     NVMLError_GpuIsLost,
     NVMLError_InvalidArgument,
     NVMLError_LibraryNotFound,
     NVMLError_NotSupported,
     NVMLError_Uninitialized,
-    c_nvmlGpuFabricInfoV_t,
     nvmlFriendlyObject,
     nvmlPciInfo_t,
 )
 
 from .. import tomlio
+from ..driver_support import driver_exports as _driver_exports
 from . import profile as profiles
 
 _bound_path: Optional[str] = None
@@ -75,6 +79,19 @@ def _bind(live_profile_path: str) -> None:
     """Point this module at one simulated node (private: pynvml has no such call)."""
     global _bound_path, _profile
     _bound_path, _profile = live_profile_path, None
+
+
+def _exports(symbol: str) -> Any:
+    """The wrapped call goes through the C function ``symbol``: on a driver branch without
+    it, raise what pynvml raises for a missing symbol."""
+    def decorate(func: Any) -> Any:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _profile is not None and not _driver_exports(_profile["node"]["driver_version"], symbol):
+                raise NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            return func(*args, **kwargs)
+        return wrapper
+    return decorate
 
 
 def _hang() -> None:
@@ -141,6 +158,9 @@ def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
     present = _present()
     if not 0 <= index < len(present):
         raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    if present[index]["state"] == "unknown_error":
+        # What a GPU that fell off the bus often answers, rather than GPU_IS_LOST.
+        raise NVMLError(pynvml.NVML_ERROR_UNKNOWN)
     return _Handle(present[index])
 
 
@@ -195,7 +215,13 @@ def nvmlDeviceGetEnforcedPowerLimit(handle: _Handle) -> int:
     return int(_gpu(handle, "power")["power_limit_w"] * 1000)
 
 
+@_exports("nvmlDeviceGetCurrentClocksEventReasons")
 def nvmlDeviceGetCurrentClocksEventReasons(handle: _Handle) -> int:
+    return int(_gpu(handle, "clock_event_reasons")["clock_event_reasons"])
+
+
+@_exports("nvmlDeviceGetCurrentClocksThrottleReasons")
+def nvmlDeviceGetCurrentClocksThrottleReasons(handle: _Handle) -> int:
     return int(_gpu(handle, "clock_event_reasons")["clock_event_reasons"])
 
 
@@ -261,7 +287,7 @@ def nvmlDeviceGetNvLinkErrorCounter(handle: _Handle, link: int, counter: int) ->
     return int(nvlink["errors"].get(str(link), {}).get(name, 0))
 
 
-def nvmlDeviceGetGpuFabricInfoV(handle: _Handle, gpuFabricInfo) -> int:
+def _fill_fabric(handle: _Handle, gpuFabricInfo) -> int:
     fabric = _gpu(handle, "fabric")["fabric"]
     if fabric["state"] == "not_supported":
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
@@ -271,8 +297,38 @@ def nvmlDeviceGetGpuFabricInfoV(handle: _Handle, gpuFabricInfo) -> int:
     return pynvml.NVML_SUCCESS
 
 
+@_exports("nvmlDeviceGetGpuFabricInfoV")
+def nvmlDeviceGetGpuFabricInfoV(handle: _Handle, gpuFabricInfo) -> int:
+    return _fill_fabric(handle, gpuFabricInfo)
+
+
+@_exports("nvmlDeviceGetGpuFabricInfo")
+def nvmlDeviceGetGpuFabricInfo(handle: _Handle, gpuFabricInfo) -> int:
+    """The v1 call (R525..R545): the same facts in the unversioned struct."""
+    return _fill_fabric(handle, gpuFabricInfo)
+
+
 # -- processes -----------------------------------------------------------------------------
 def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> List[nvmlFriendlyObject]:
+    if _profile is not None and not _driver_exports(_profile["node"]["driver_version"],
+                                                   "nvmlDeviceGetComputeRunningProcesses_v3"):
+        # pynvml >= 12.550 wraps this call so that a missing _v3 raises its own
+        # NVMLLibraryMismatchError (not an NVMLError); older bindings let FunctionNotFound out.
+        mismatch = getattr(pynvml, "NVMLLibraryMismatchError", None)
+        if mismatch is not None:
+            raise mismatch("Unversioned function called and the pyNVML version does not match the NVML lib "
+                           "version. Either use matching pyNVML and NVML lib versions or use a versioned "
+                           "function such as nvmlDeviceGetComputeRunningProcesses_v2")
+        raise NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    return _processes(handle)
+
+
+@_exports("nvmlDeviceGetComputeRunningProcesses_v2")
+def nvmlDeviceGetComputeRunningProcesses_v2(handle: _Handle) -> List[nvmlFriendlyObject]:
+    return _processes(handle)
+
+
+def _processes(handle: _Handle) -> List[nvmlFriendlyObject]:
     procs = []
     for proc in _gpu(handle, "processes")["processes"]:
         procs.append(nvmlFriendlyObject({

@@ -5,7 +5,7 @@ import copy
 import os
 import re
 from importlib import resources
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .. import tomlio
 from ..facts import NVML_UNSUPPORTED_NAMES
@@ -13,12 +13,24 @@ from ..schema import Field, Problem, merge, validate
 
 _INT0 = Field(int, minimum=0)
 
+
+def _driver_version_problem(value: str) -> Optional[str]:
+    from ..driver_support import branch_of
+
+    try:
+        branch_of(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
 GPU_SCHEMA: Dict[str, Any] = {
     "name": Field(str),
     "uuid": Field(str),
     "pci_bus_id": Field(str),
     "minor_number": Field(int, minimum=-1),      # -1: the GPU's place in the profile
-    "state": Field(str, choices=("ok", "lost", "hang", "absent")),
+    # lost: NVML answers GPU_IS_LOST; unknown_error: its handle fails with NVML_ERROR_UNKNOWN
+    # (what a GPU that fell off the bus often gives instead); hang: never answers.
+    "state": Field(str, choices=("ok", "lost", "unknown_error", "hang", "absent")),
     "temperature_c": Field(float),
     "temperature_slowdown_c": Field(float),
     "power_w": Field(float, minimum=0),
@@ -57,7 +69,9 @@ IB_SCHEMA: Dict[str, Any] = {
 
 PROFILE_SCHEMA: Dict[str, Any] = {
     "node": {
-        "driver_version": Field(str),
+        # Decides which NVML functions exist (healthcheck/data/nvml-functions.tsv).
+        "driver_version": Field(str, check=_driver_version_problem,
+                                doc="a driver version such as 535.161.08"),
         "nvml": Field(str, choices=("ok", "missing", "driver_not_loaded", "hang")),
         "description": Field(str),
     },

@@ -1,0 +1,68 @@
+"""Which NVML functions each driver branch exports (``data/nvml-functions.tsv``, data).
+
+The simulator uses it to act like a node's driver (a call the branch lacks raises what pynvml
+raises), the tests build stand-in ``libnvidia-ml.so.1`` libraries from it, and
+``docs/checks.md`` shows it. Pure: reads only the package's own data file.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Dict, FrozenSet, Optional, Tuple
+
+# The branches modelled, oldest first. A driver between two branches has the older one's
+# functions; one older than the first is treated as the first.
+BRANCHES: Tuple[str, ...] = ("R470", "R525", "R535", "R550", "R560", "R570", "R575", "R580")
+
+_VERSION = re.compile(r"\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class NvmlFunction:
+    name: str
+    since: str        # the first branch in BRANCHES that exports it
+    fact: str         # what the probe reads with it
+    source: str
+
+
+@lru_cache(maxsize=1)
+def functions() -> Dict[str, NvmlFunction]:
+    text = resources.files("healthcheck").joinpath("data/nvml-functions.tsv").read_text("utf-8")
+    out: Dict[str, NvmlFunction] = {}
+    rows = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    for line in rows[1:]:    # the header
+        name, since, fact, source = line.split("\t")
+        if since not in BRANCHES:
+            raise ValueError(f"nvml-functions.tsv: {name}: unknown branch {since!r}")
+        out[name] = NvmlFunction(name, since, fact, source)
+    return out
+
+
+def branch_of(driver_version: str) -> str:
+    """``"535.161.08"`` -> ``"R535"``; ``"545.23.08"`` -> ``"R535"`` (the newest branch not above it)."""
+    match = _VERSION.match(driver_version or "")
+    if not match:
+        raise ValueError(f"{driver_version!r} is not a driver version such as 550.90.07")
+    major = int(match.group(1))
+    chosen = BRANCHES[0]
+    for branch in BRANCHES:
+        if int(branch[1:]) <= major:
+            chosen = branch
+    return chosen
+
+
+def exports(branch: str) -> FrozenSet[str]:
+    """The NVML functions (of those in the table) that ``branch`` exports."""
+    rank = BRANCHES.index(branch)
+    return frozenset(f.name for f in functions().values() if BRANCHES.index(f.since) <= rank)
+
+
+def driver_exports(driver_version: str, function: str) -> bool:
+    """Whether a driver of this version exports ``function``; functions outside the table are
+    taken as present (the table lists what the probe uses)."""
+    entry: Optional[NvmlFunction] = functions().get(function)
+    if entry is None:
+        return True
+    return BRANCHES.index(entry.since) <= BRANCHES.index(branch_of(driver_version))
