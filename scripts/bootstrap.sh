@@ -16,6 +16,8 @@ apt_install() {
 }
 
 if ! command -v python3 >/dev/null 2>&1; then apt_install python3; fi
+# The NVML stand-in tests compile tiny libnvidia-ml.so.1 libraries (tests/nvml_standin/).
+if ! command -v gcc >/dev/null 2>&1; then apt_install gcc libc6-dev; fi
 if [ ! -x "$VENV/bin/python" ]; then
   if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
     rm -rf "$VENV"
@@ -26,4 +28,13 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # Editable: the lab's hooks then run the working tree's code. Fast when nothing changed.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[test]"
+# The oldest nvidia-ml-py setup.cfg allows, beside the venv's newest: the stand-in tests run
+# the probe under both.
+PYNVML_FLOOR="$(sed -n 's/^ *nvidia-ml-py>=\([0-9.]*\).*/\1/p' "$ROOT/setup.cfg")"
+if [ -n "$PYNVML_FLOOR" ] && ! ls "$ROOT/.pynvml-floor/nvidia_ml_py-$PYNVML_FLOOR".*.dist-info >/dev/null 2>&1; then
+  echo "bootstrap: nvidia-ml-py $PYNVML_FLOOR.* into .pynvml-floor"
+  rm -rf "$ROOT/.pynvml-floor"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --target "$ROOT/.pynvml-floor" \
+      "nvidia-ml-py==$PYNVML_FLOOR.*"
+fi
 export PATH="$VENV/bin:$PATH"

@@ -293,27 +293,38 @@ def _read_nvlink(nvml, pynvml, handle, gpu: GpuFacts, with_errors: bool) -> None
             gpu.nvlink_errors[link] = counters
 
 
-# (pynvml function, pynvml structure): R550+ has the versioned call, R525..R545 only v1.
-# pynvml < 12.550 has no V2 structure: then v1 is all it can ask, on any driver.
-_FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
-                 ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"))
-# nvml.h declares nvmlGpuFabricState_t as unsigned char; pynvml declares a wider field, whose
-# other bytes are the structure's padding (whatever the library left there).
-_FABRIC_STATE_MASK = 0xFF
+class _FabricInfoV1(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as nvml.h lays it out. pynvml's own (c_nvmlGpuFabricInfo_t, up to
+    nvidia-ml-py 12.575 at least) declares clusterUuid 80 bytes long instead of 16, so its
+    state and status fields sit past what the library writes."""
+    _fields_ = [("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint8)]
+
+
+class _FabricInfoV2(ctypes.Structure):
+    """nvmlGpuFabricInfo_v2_t as nvml.h lays it out (nvmlGpuFabricState_t is an unsigned char:
+    pynvml's wider field would also read the padding after it)."""
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint8), ("healthMask", ctypes.c_uint32)]
+
+    def __init__(self) -> None:
+        super().__init__(version=ctypes.sizeof(_FabricInfoV2) | (2 << 24))   # nvmlGpuFabricInfo_v2
+
+
+# R550+ has the versioned call, R525..R545 only v1 (which later branches keep). pynvml
+# < 12.550 has no wrapper for the versioned call: then v1 is all it can ask, on any driver.
+_FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", _FabricInfoV2), ("nvmlDeviceGetGpuFabricInfo", _FabricInfoV1))
 
 
 def _read_fabric(nvml, pynvml, handle, gpu: GpuFacts, first_exported) -> None:
-    calls = []
-    for function, struct_name in _FABRIC_CALLS:
-        call, struct_type = getattr(nvml, function, None), getattr(pynvml, struct_name, None)
-        if call is not None and struct_type is not None:
-            calls.append((function, _fabric_reader(call, struct_type, handle)))
+    calls = [(function, _fabric_reader(getattr(nvml, function), struct_type, handle))
+             for function, struct_type in _FABRIC_CALLS if getattr(nvml, function, None) is not None]
     info = first_exported("fabric", calls) if calls else None
     if info is None:
         if not calls and "fabric" not in gpu.unsupported:
             gpu.unsupported.append("fabric")
         return
-    state = int(info.state) & _FABRIC_STATE_MASK
+    state = int(info.state)
     if state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
         if "fabric" not in gpu.unsupported:
             gpu.unsupported.append("fabric")

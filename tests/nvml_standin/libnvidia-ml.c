@@ -1,0 +1,331 @@
+/*
+ * A stand-in libnvidia-ml.so.1 for the tests: the NVML C functions the probe reaches through
+ * pynvml, with nvml.h's signatures and structure layouts, answering like a healthy node.
+ *
+ * Built at test time once per driver branch (tests/test_nvml_standin.py): the build defines
+ * HAVE_<function> for exactly the functions that branch exports
+ * (healthcheck/data/nvml-functions.tsv), so pynvml finds the others missing, as it would on
+ * that driver, and DRIVER_VERSION. What the node looks like comes from the environment:
+ *   SGH_STANDIN_GPUS          number of GPUs (default 8)
+ *   SGH_STANDIN_MODEL         "h100" (SXM, 18 NVLinks, NVSwitch fabric; default) or
+ *                             "a100-pcie" (no NVLink bridge: 12 links present but down, no fabric)
+ *   SGH_STANDIN_HANDLE_ERROR  "INDEX:CODE": nvmlDeviceGetHandleByIndex_v2(INDEX) returns CODE
+ *                             (999 NVML_ERROR_UNKNOWN, 15 NVML_ERROR_GPU_IS_LOST)
+ * Fabric structures are written as a driver may: the state byte is right and the padding
+ * after it is not zero (nvmlGpuFabricState_t is an unsigned char).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int nvmlReturn_t;
+typedef int nvmlEnableState_t;
+typedef struct standin_gpu *nvmlDevice_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_ERROR_UNKNOWN 999
+#define NVML_TEMPERATURE_THRESHOLD_SLOWDOWN 1
+#define NVML_GPU_FABRIC_STATE_COMPLETED 3
+#define MAX_GPUS 16
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {                      /* v1: R525 .. */
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+} nvmlGpuFabricInfo_t;
+
+typedef struct {                      /* v2: R550 .. */
+    unsigned int version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+    unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+
+#define nvmlGpuFabricInfo_v2 ((unsigned int)(sizeof(nvmlGpuFabricInfo_v2_t) | (2u << 24)))
+
+struct standin_gpu {
+    unsigned int index;
+};
+
+static struct standin_gpu gpus[MAX_GPUS];
+static unsigned int gpu_count;
+static int initialised;
+static int pcie_no_bridge;
+static int failing_index = -1;
+static nvmlReturn_t failing_code;
+
+static void configure(void) {
+    const char *count = getenv("SGH_STANDIN_GPUS");
+    const char *model = getenv("SGH_STANDIN_MODEL");
+    const char *failing = getenv("SGH_STANDIN_HANDLE_ERROR");
+    gpu_count = count ? (unsigned int)atoi(count) : 8;
+    if (gpu_count > MAX_GPUS)
+        gpu_count = MAX_GPUS;
+    pcie_no_bridge = model && strcmp(model, "a100-pcie") == 0;
+    failing_index = -1;
+    if (failing && sscanf(failing, "%d:%d", &failing_index, &failing_code) != 2)
+        failing_index = -1;
+    for (unsigned int i = 0; i < gpu_count; i++)
+        gpus[i].index = i;
+}
+
+static nvmlReturn_t check(nvmlDevice_t device) {
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (device == NULL || device < gpus || device >= gpus + gpu_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+#define DEVICE_CALL(device) do { nvmlReturn_t r_ = check(device); if (r_) return r_; } while (0)
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    configure();
+    initialised = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlShutdown(void) {
+    initialised = 0;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_UNKNOWN: return "Unknown Error";
+    default: return "Stand-in Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (length < sizeof(DRIVER_VERSION))
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(version, DRIVER_VERSION);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    *count = gpu_count;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (index >= gpu_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if ((int)index == failing_index)
+        return failing_code;
+    *device = &gpus[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    DEVICE_CALL(device);
+    snprintf(name, length, "%s", pcie_no_bridge ? "NVIDIA A100 80GB PCIe" : "NVIDIA H100 80GB HBM3");
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    DEVICE_CALL(device);
+    snprintf(uuid, length, "GPU-57a0d1e0-0000-4000-8000-%012x", device->index);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    DEVICE_CALL(device);
+    memset(pci, 0, sizeof(*pci));
+    pci->bus = 0x18 + 0x10 * device->index;
+    snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", pci->bus);
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", pci->bus);
+    pci->pciDeviceId = pcie_no_bridge ? 0x20b510de : 0x233010de;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor) {
+    DEVICE_CALL(device);
+    *minor = device->index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending) {
+    DEVICE_CALL(device);
+    *current = *pending = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType,
+                                         unsigned long long *count) {
+    DEVICE_CALL(device);
+    (void)errorType; (void)counterType;
+    *count = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
+                                       unsigned int *isPending, unsigned int *failureOccurred) {
+    DEVICE_CALL(device);
+    *corrRows = *uncRows = *isPending = *failureOccurred = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending) {
+    DEVICE_CALL(device);
+    (void)isPending;
+    return NVML_ERROR_NOT_SUPPORTED;      /* Ampere and later remap rows instead */
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp) {
+    DEVICE_CALL(device);
+    (void)sensor;
+    *temp = 34;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int threshold, unsigned int *temp) {
+    DEVICE_CALL(device);
+    if (threshold != NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *temp = 87;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *milliwatts) {
+    DEVICE_CALL(device);
+    *milliwatts = 70000;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *milliwatts) {
+    DEVICE_CALL(device);
+    *milliwatts = pcie_no_bridge ? 300000 : 700000;
+    return NVML_SUCCESS;
+}
+
+#ifdef HAVE_nvmlDeviceGetCurrentClocksThrottleReasons
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    DEVICE_CALL(device);
+    *reasons = 0;
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifdef HAVE_nvmlDeviceGetCurrentClocksEventReasons
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    DEVICE_CALL(device);
+    *reasons = 0;
+    return NVML_SUCCESS;
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *value) {
+    DEVICE_CALL(device);
+    *value = pcie_no_bridge ? 4 : 5;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *value) {
+    return nvmlDeviceGetCurrPcieLinkGeneration(device, value);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *value) {
+    DEVICE_CALL(device);
+    *value = 16;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *value) {
+    return nvmlDeviceGetCurrPcieLinkWidth(device, value);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *active) {
+    DEVICE_CALL(device);
+    if (link >= (pcie_no_bridge ? 12u : 18u))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *active = pcie_no_bridge ? 0 : 1;     /* no bridge: present but down */
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, int counter,
+                                             unsigned long long *value) {
+    DEVICE_CALL(device);
+    (void)counter;
+    if (link >= (pcie_no_bridge ? 12u : 18u))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *value = 0;
+    return NVML_SUCCESS;
+}
+
+__attribute__((unused)) static void fill_fabric(unsigned char *state, nvmlReturn_t *status) {
+    /* The byte after the state and the two after it are padding: leave them dirty. */
+    memset(state, 0xA5, 4);
+    *state = NVML_GPU_FABRIC_STATE_COMPLETED;
+    *status = NVML_SUCCESS;
+}
+
+#ifdef HAVE_nvmlDeviceGetGpuFabricInfo
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info) {
+    DEVICE_CALL(device);
+    if (pcie_no_bridge)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(info->clusterUuid, 0x11, sizeof(info->clusterUuid));
+    info->cliqueId = 1;
+    fill_fabric(&info->state, &info->status);
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifdef HAVE_nvmlDeviceGetGpuFabricInfoV
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_v2_t *info) {
+    DEVICE_CALL(device);
+    if (info->version != nvmlGpuFabricInfo_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (pcie_no_bridge)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(info->clusterUuid, 0x11, sizeof(info->clusterUuid));
+    info->cliqueId = 1;
+    fill_fabric(&info->state, &info->status);
+    info->healthMask = 0;
+    return NVML_SUCCESS;
+}
+#endif
+
+/* No process holds a GPU: both versions answer "none" (their element layouts then do not matter). */
+#ifdef HAVE_nvmlDeviceGetComputeRunningProcesses_v2
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *count, void *infos) {
+    DEVICE_CALL(device);
+    (void)infos;
+    *count = 0;
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifdef HAVE_nvmlDeviceGetComputeRunningProcesses_v3
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count, void *infos) {
+    DEVICE_CALL(device);
+    (void)infos;
+    *count = 0;
+    return NVML_SUCCESS;
+}
+#endif

@@ -1,0 +1,205 @@
+"""The real C boundary: stand-in libnvidia-ml.so.1 libraries, compiled here with the system
+compiler once per driver branch (exporting exactly what that branch exports), loaded by the
+real pynvml through the library path, read by the production probe and judged by
+``slurm-gpu check``. The simulator replaces pynvml, so only this proves pynvml's own
+behaviour: which exception a missing symbol raises, structure layouts, the fabric byte.
+
+Each run is a child process: the library path is read when a process starts. Runs use the
+newest nvidia-ml-py (the venv's) and the oldest that setup.cfg allows (installed by
+scripts/bootstrap.sh under .pynvml-floor/).
+"""
+from __future__ import annotations
+
+import configparser
+import ctypes
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from healthcheck import driver_support
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(ROOT, "tests", "nvml_standin", "libnvidia-ml.c")
+FLOOR_DIR = os.path.join(ROOT, ".pynvml-floor")
+DRIVERS = {"R470": "470.256.02", "R525": "525.147.05", "R535": "535.161.08", "R550": "550.90.07"}
+H100 = textwrap.dedent("""
+    [[nodes]]
+    match = "n1"
+    gpus = 8
+    gpu_model = "H100"
+    nvlinks_per_gpu = 18
+    nvswitch_fabric = true
+    power_limit_w = 700
+""")
+A100_PCIE = textwrap.dedent("""
+    [[nodes]]
+    match = "n1"
+    gpus = 4
+    gpu_model = "A100"
+    nvswitch_fabric = false
+""")
+
+FACTS_SCRIPT = textwrap.dedent("""
+    import dataclasses, json, pynvml
+    from healthcheck.probes.nvml import probe_nvml
+    facts = probe_nvml(pynvml, 20.0)
+    out = dataclasses.asdict(facts)
+    out["pynvml_file"] = pynvml.__file__
+    print(json.dumps(out))
+""")
+
+
+def floor_version() -> str:
+    parser = configparser.ConfigParser()
+    parser.read(os.path.join(ROOT, "setup.cfg"))
+    match = re.search(r"nvidia-ml-py>=([\d.]+)", parser["options"]["install_requires"])
+    assert match, "setup.cfg names no nvidia-ml-py floor"
+    return match.group(1)
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory):
+    """branch -> a directory holding that branch's libnvidia-ml.so.1."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    assert gcc, "no C compiler: scripts/bootstrap.sh installs gcc"
+    libs = {}
+    for branch, version in DRIVERS.items():
+        out = tmp_path_factory.mktemp(f"nvml-{branch}")
+        defines = [f"-DHAVE_{name}" for name in sorted(driver_support.exports(branch))]
+        built = subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-Wl,-soname,libnvidia-ml.so.1",
+                                f'-DDRIVER_VERSION="{version}"', *defines, "-o", str(out / "libnvidia-ml.so.1"),
+                                SOURCE], capture_output=True, text=True, timeout=120)
+        assert built.returncode == 0, built.stderr
+        libs[branch] = str(out)
+    return libs
+
+
+@pytest.fixture(scope="session")
+def floor_pynvml():
+    """The directory holding the oldest nvidia-ml-py setup.cfg allows."""
+    floor = floor_version()
+    found = glob.glob(os.path.join(FLOOR_DIR, f"nvidia_ml_py-{floor}*.dist-info"))
+    assert found and os.path.isfile(os.path.join(FLOOR_DIR, "pynvml.py")), \
+        f"nvidia-ml-py {floor}.* is not under {FLOOR_DIR}: run scripts/bootstrap.sh"
+    return FLOOR_DIR
+
+
+def run(libdir, args, pynvml_dir=None, **standin_env):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGH_STANDIN_", "SLURM_GPU_HOOKS"))}
+    env["LD_LIBRARY_PATH"] = libdir
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pynvml_dir, ROOT) if p)
+    env.update({f"SGH_STANDIN_{key.upper()}": str(value) for key, value in standin_env.items()})
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def facts(libdir, pynvml_dir=None, **standin_env):
+    proc = run(libdir, ["-c", FACTS_SCRIPT], pynvml_dir, **standin_env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def check(tmp_path, libdir, nodes, pynvml_dir=None, **standin_env):
+    """``slurm-gpu check --json`` on the real NVML backend; (exit code, report)."""
+    (tmp_path / "sys").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "kern.log").write_text("")
+    config = tmp_path / "config.toml"
+    config.write_text(textwrap.dedent(f"""
+        [paths]
+        state_dir = "{tmp_path / 'state'}"
+        kernel_log = "{tmp_path / 'kern.log'}"
+        sysfs_root = "{tmp_path / 'sys'}"
+
+        [gpu]
+        backend = "nvml"
+        probe_timeout_s = 30
+    """) + nodes)
+    proc = run(libdir, ["-c", "from slurm_hooks.cli import main; main()", "check", "--config", str(config),
+                        "--node", "n1", "--json"], pynvml_dir, **standin_env)
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+# -- the libraries are what the table says ----------------------------------------------------------
+def test_each_stand_in_exports_exactly_its_branch(standin):
+    for branch, libdir in standin.items():
+        lib = ctypes.CDLL(os.path.join(libdir, "libnvidia-ml.so.1"))
+        exported = {name for name in driver_support.functions() if hasattr(lib, name)}
+        assert exported == driver_support.exports(branch), branch
+
+
+def test_the_source_gates_every_function_some_branch_lacks():
+    source = open(SOURCE, encoding="utf-8").read()
+    for name, entry in driver_support.functions().items():
+        assert re.search(rf"\b{name}\(", source), f"{name} is not in the stand-in"
+        if entry.since != driver_support.BRANCHES[0]:
+            assert f"#ifdef HAVE_{name}\n" in source, f"{name} ({entry.since}) is exported on every branch"
+
+
+# -- healthy on every branch, with both ends of the pynvml range -------------------------------------
+@pytest.mark.parametrize("bindings", ["newest", "floor"])
+@pytest.mark.parametrize("branch", sorted(DRIVERS))
+def test_healthy_h100_checks_ok(tmp_path, standin, floor_pynvml, branch, bindings):
+    pynvml_dir = floor_pynvml if bindings == "floor" else None
+    code, report = check(tmp_path, standin[branch], H100, pynvml_dir)
+    assert (code, report["status"]) == (0, "ok"), report["findings"]
+
+
+@pytest.mark.parametrize("bindings", ["newest", "floor"])
+def test_fabric_is_read_through_whichever_call_the_driver_has_and_as_one_byte(standin, floor_pynvml, bindings):
+    pynvml_dir = floor_pynvml if bindings == "floor" else None
+    for branch in ("R525", "R535", "R550"):
+        out = facts(standin[branch], pynvml_dir)
+        assert out["driver_version"] == DRIVERS[branch]
+        assert {(g["state"], g["fabric_state"], g["fabric_status"]) for g in out["gpus"]} == {("ok", 3, 0)}, branch
+        assert all(g["driver_missing"] == {} and g["errors"] == {} for g in out["gpus"]), branch
+    r470 = facts(standin["R470"], pynvml_dir)
+    gpu = r470["gpus"][0]
+    assert gpu["fabric_state"] is None and "fabric" in gpu["driver_missing"] and "fabric" in gpu["unsupported"]
+    assert gpu["clock_event_reasons"] == 0 and gpu["errors"] == {} and gpu["state"] == "ok"
+
+
+def test_floor_bindings_are_the_floor(standin, floor_pynvml):
+    out = facts(standin["R550"], floor_pynvml)
+    assert out["pynvml_file"].startswith(FLOOR_DIR)
+
+
+def test_running_processes_on_r470(standin, floor_pynvml):
+    """Newest pynvml raises NVMLLibraryMismatchError for the unversioned call (the probe asks
+    _v2 instead); the floor's has no _v2 wrapper: the fact alone is lost."""
+    newest = facts(standin["R470"])["gpus"][0]
+    assert newest["processes"] == [] and "processes" not in newest["driver_missing"]
+    floor = facts(standin["R470"], floor_pynvml)["gpus"][0]
+    assert floor["processes"] is None and floor["driver_missing"] == {
+        "fabric": "nvmlDeviceGetGpuFabricInfo", "processes": "nvmlDeviceGetComputeRunningProcesses"}
+    assert floor["state"] == "ok" and floor["ecc"]["volatile_uncorrected"] == 0
+
+
+# -- failure shapes ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("code,error", [(999, "Unknown Error"), (15, "GPU is lost")])
+def test_a_gpu_whose_handle_fails_is_lost(tmp_path, standin, code, error):
+    exit_code, report = check(tmp_path, standin["R535"], H100, handle_error=f"3:{code}")
+    assert exit_code == 2
+    assert [(f["check"], f["gpu"], f["status"], f["action"]) for f in report["findings"]] == \
+        [("gpu.lost", 3, "fail", "drain")]
+    assert error in report["findings"][0]["message"]
+
+
+def test_pcie_cards_without_a_bridge(tmp_path, standin):
+    code, report = check(tmp_path / "a", standin["R550"], A100_PCIE, model="a100-pcie", gpus=4)
+    assert (code, report["findings"]) == (0, [])
+    code, report = check(tmp_path / "b", standin["R550"], A100_PCIE + "nvlinks_per_gpu = 12\n",
+                         model="a100-pcie", gpus=4)
+    assert code == 2 and {(f["check"], f["gpu"]) for f in report["findings"]} == {("nvlink.down", i) for i in range(4)}
+
+
+def test_a_required_fact_the_driver_lacks_fails(tmp_path, standin):
+    code, report = check(tmp_path, standin["R470"], H100 + 'nvml_required = ["fabric"]\n')
+    assert code == 2 and {(f["check"], f["status"]) for f in report["findings"]} == {("gpu.nvml", "fail")}
+    assert len(report["findings"]) == 8
