@@ -182,3 +182,38 @@ def test_some_links_down_without_expectation_is_still_a_fault(tmp_path):
     SimNode(str(tmp_path), "n1").inject([("gpu.1.nvlink.down", [3, 4])])
     report = run_checks(make_config(hardware=HARDWARE["A100 80GB PCIe"]), "n1", "health", sources=sources)
     assert [(f.check, f.gpu) for f in report.findings] == [("nvlink.down", 1)]
+
+
+# -- InfiniBand counters stop at their kernel width ------------------------------------------------
+def test_simulator_holds_ib_counters_to_their_kernel_width(tmp_path):
+    sim(tmp_path, H100)
+    SimNode(str(tmp_path), "n1").inject([("ib.mlx5_0:1.counters.symbol_error", 70000),
+                                        ("ib.mlx5_0:1.counters.link_downed", 300),
+                                        ("ib.mlx5_0:1.counters.local_link_integrity_errors", 16),
+                                        ("ib.mlx5_0:1.counters.port_xmit_discards", 70000)])
+    counters = tmp_path / "sim" / "n1" / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+    read = {name: (counters / name).read_text().strip() for name in
+            ("symbol_error", "link_downed", "local_link_integrity_errors", "port_xmit_discards")}
+    assert read == {"symbol_error": "65535", "link_downed": "255", "local_link_integrity_errors": "15",
+                    "port_xmit_discards": "70000"}
+
+
+def test_a_saturated_counter_is_reported_never_read_as_no_growth(tmp_path):
+    state = tmp_path / "state"
+    cfg = make_config(hardware=HARDWARE["H100"], state_dir=str(state))
+    path = os.path.join(SIM_PROFILES, "h100-ib-counter-saturated.toml")
+    for now in (1_000_000.0, 1_000_600.0):     # first run (no history) and a later one (flat at the top)
+        report = run_checks(cfg, "n1", "health", sources=sim(state, path), now=now)
+        [finding] = report.findings
+        assert (finding.check, finding.hca, finding.status) == ("ib.counters", "mlx5_3", "warn")
+        assert finding.evidence["saturated"] == [{"counter": "symbol_error", "value": 65535, "max": 65535}]
+        assert "saturated" in finding.message and finding.evidence["over"] == []
+
+
+@pytest.mark.parametrize("counter,top", [("link_downed", 255), ("excessive_buffer_overrun_errors", 15)])
+def test_narrow_counters_saturate_at_their_width(tmp_path, counter, top):
+    sources = sim(tmp_path, H100)
+    SimNode(str(tmp_path), "n1").inject([(f"ib.mlx5_1:1.counters.{counter}", top)])
+    report = run_checks(make_config(hardware=HARDWARE["H100"]), "n1", "health", sources=sources)
+    assert [(f.check, f.hca, f.evidence["saturated"][0]["counter"]) for f in report.findings] == \
+        [("ib.counters", "mlx5_1", counter)]

@@ -15,6 +15,7 @@ import shutil
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .. import tomlio
+from ..facts import IB_COUNTER_BITS
 from ..fsutil import append_line, atomic_write, ensure_dir, locked, path_component
 from . import profile as profiles
 
@@ -101,7 +102,9 @@ def render_sysfs(profile: Dict[str, Any], root: str) -> None:
         for name in ("state", "phys_state", "rate", "link_layer"):
             _put(os.path.join(port_dir, name), port[name])
         for name, value in port["counters"].items():
-            _put(os.path.join(port_dir, "counters", name), value)
+            # The kernel's PMA counters stop at their width's maximum, as real ones do.
+            bits = IB_COUNTER_BITS.get(name)
+            _put(os.path.join(port_dir, "counters", name), value if bits is None else min(value, (1 << bits) - 1))
         for index, kind in port["gid_types"].items():
             _put(os.path.join(port_dir, "gid_attrs", "types", str(index)), kind)
             _put(os.path.join(port_dir, "gids", str(index)), "fe80:0000:0000:0000:0000:0000:0000:0001")
