@@ -142,6 +142,7 @@ class DcgmTestResult:
     status: str                                  # pass | fail | skip | other (lower-cased)
     gpus: List[int] = field(default_factory=list)   # empty: the whole node
     warnings: List[str] = field(default_factory=list)
+    error_ids: List[int] = field(default_factory=list)   # DCGM's dcgmError_t of each warning (4.x)
 
 
 @dataclass

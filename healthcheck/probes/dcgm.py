@@ -101,9 +101,15 @@ def parse_diag(text: str) -> Tuple[Optional[str], List[DcgmTestResult], Optional
         if not isinstance(test, dict):
             continue    # 3.x writes null for tests it did not run
         name = str(test.get("name", "?"))
-        for entry in _list(test.get("results")):
-            if isinstance(entry, dict):
-                results.append(_result(category, name, entry))
+        mine = [_result(category, name, entry) for entry in _list(test.get("results")) if isinstance(entry, dict)]
+        results.extend(mine)
+        summary = test.get("test_summary")
+        if isinstance(summary, dict) and not any(r.status in ("fail", "other") for r in mine):
+            # 4.x reports an error with no entity only in the test's summary.
+            verdict = _result(category, name, {k: v for k, v in summary.items() if k not in ("entity_id", "gpu_id",
+                                                                                           "gpu_ids")})
+            if verdict.status in ("fail", "other"):
+                results.append(verdict)
     if not results and not runtime_error:
         raise ValueError("dcgmi's JSON holds no test results")
     return (str(version) if version else None), results, (str(runtime_error) if runtime_error else None)
@@ -122,17 +128,22 @@ def _result(category: str, test: str, entry: dict) -> DcgmTestResult:
         value = entry["gpu_ids"]
         gpus = _ints(value.split(",") if isinstance(value, str) else _list(value))
     warnings: List[str] = []
-    for warning in _list(entry.get("warnings")):
+    error_ids: List[int] = []
+    # 4.x writes "warnings" (a list); some writers use "warning", and either may hold one item.
+    raw = entry["warnings"] if "warnings" in entry else entry.get("warning")
+    for warning in raw if isinstance(raw, list) else [raw]:
         if isinstance(warning, dict):
             text = warning.get("warning") or warning.get("message") or json.dumps(warning, sort_keys=True)
             if "error_id" in warning:
                 text = f"{text} (error id {warning['error_id']})"
+                error_ids.extend(_ints([warning["error_id"]]))
             warnings.append(str(text))
         elif warning:
             warnings.append(str(warning))
     if group.upper() != "GPU" and "entity_id" in entry:
         warnings.insert(0, f"entity {group} {entry['entity_id']}")
-    return DcgmTestResult(category=category, test=test, status=status, gpus=gpus, warnings=warnings)
+    return DcgmTestResult(category=category, test=test, status=status, gpus=gpus, warnings=warnings,
+                          error_ids=error_ids)
 
 
 def _list(value: Any) -> list:
