@@ -23,7 +23,7 @@ from .catalog import XidCatalog
 from .cursor import StateStore
 from .events import XidEvent
 from .flood import CLOCK_SLACK_S, EscalationRule, FloodTracker, group_key
-from .parser import NEEDLES, Companion, parse_line_split, prefix_is_kernel
+from .parser import NEEDLES, Companion, LostIntro, LostTail, lost_gpu_event, parse_line_split, prefix_is_kernel
 from .pci import GpuMap
 from .scanner import LineScanner, ScanStats
 from .sources import KernelLogError
@@ -128,6 +128,7 @@ class _Collector:
         self._repeat_key: Any = None
         self._repeat_prefix: Optional[bytes] = None
         self._repeat_stamp: Any = (None, None)
+        self._lost_intro: Optional[LostIntro] = None
 
     def scanner(self, clock: PrefixClock) -> LineScanner:
         self.clock = clock
@@ -141,6 +142,15 @@ class _Collector:
         parsed, body_start = parse_line_split(line, self.clock)
         if parsed is None:
             return
+        # The driver's three-line lost-GPU message: the address comes first, what happened last.
+        intro, self._lost_intro = self._lost_intro, None
+        if isinstance(parsed, LostIntro):
+            self._lost_intro = parsed
+            return
+        if isinstance(parsed, LostTail):
+            if intro is None:
+                return
+            parsed, body_start = lost_gpu_event(intro), -1
         if isinstance(parsed, Companion):
             self.gpu_map.learn(parsed.pci, parsed.uuid)
             return
