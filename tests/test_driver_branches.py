@@ -162,9 +162,12 @@ def test_nvml_required_names_only_driver_facts():
 def test_handle_failing_with_unknown_error_is_a_lost_gpu(tmp_path):
     cfg = make_config(hardware=HARDWARE["H100"])
     report = run_checks(cfg, "n1", "health", sources=sim(tmp_path, os.path.join(SIM_PROFILES, "h100-gpu-unknown-error.toml")))
-    [finding] = report.findings
-    assert (finding.check, finding.gpu, finding.status, finding.action) == ("gpu.lost", 3, "fail", "drain")
-    assert "Unknown Error" in finding.message
+    by_check = {f.check: f for f in report.findings}
+    assert sorted(by_check) == ["gpu.lost", "kernel.xid"] and len(report.findings) == 2
+    lost = by_check["gpu.lost"]
+    assert (lost.gpu, lost.status, lost.action) == (3, "fail", "drain") and "Unknown Error" in lost.message
+    # The driver's three-line message names the same GPU by its address.
+    assert by_check["kernel.xid"].pci_bus_id == "0000:5d:00" and by_check["kernel.xid"].action == "drain"
 
 
 def test_pcie_cards_with_every_link_down_are_judged_by_the_expectation(tmp_path):
