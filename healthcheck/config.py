@@ -92,6 +92,10 @@ def _is_xid_key(key: str) -> bool:
     return digits.isascii() and digits.isdigit() and len(digits) <= 9
 
 
+def _probability_problem(value: float) -> Optional[str]:
+    return f"{value} is above 1" if value > 1 else None
+
+
 def _count_problem(count: int) -> Optional[str]:
     return f"{count} is above {_XID_MAX_ESCALATION_COUNT}" if count > _XID_MAX_ESCALATION_COUNT else None
 
@@ -148,6 +152,13 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "bin_dir": Field(str, doc="directory of scontrol/sacct; empty: search the usual places"),
         "conf": Field(str, doc="SLURM_CONF for Slurm commands; empty: Slurm's own default"),
         "timeout_s": Field(float, minimum=1),
+    },
+    "summary": {
+        "offender_min_events": Field(int, minimum=1, doc="fewest hardware endings (or drains) that can flag a node"),
+        "offender_ratio": Field(float, minimum=1, doc="how many times the fleet's rate flags a node"),
+        "offender_max_p": Field(float, minimum=0, check=_probability_problem,
+                                doc="largest chance that bad luck flags any node of the fleet"),
+        "sacct_timeout_s": Field(float, minimum=1, doc="how long sacct may take for the whole window"),
     },
 }
 

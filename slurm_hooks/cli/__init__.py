@@ -15,6 +15,7 @@ SUBCOMMANDS: Dict[str, str] = {
     "xid": "slurm_hooks.cli.xid_cmd:xid",
     "lab": "slurm_hooks.cli.lab_cmd:lab",
     "slurm-conf": "slurm_hooks.cli.slurm_conf_cmd:slurm_conf",
+    "summary": "slurm_hooks.cli.summary_cmd:summary",
 }
 
 HELP = {
@@ -24,6 +25,7 @@ HELP = {
     "xid": "Scan kernel logs for Xid events and explain Xid codes.",
     "lab": "A real Slurm cluster on this machine, for tests and the demo.",
     "slurm-conf": "Print the slurm.conf lines that plug the installed hooks into Slurm.",
+    "summary": "Why jobs ended, which hardware hurt them, which nodes keep doing it.",
 }
 
 

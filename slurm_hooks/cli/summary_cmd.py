@@ -1,0 +1,296 @@
+"""``slurm-gpu summary``: why jobs ended over a window, joined with this tool's AdminComment
+entries; by cause, node, GPU and Xid; as a table, JSON, CSV or an HTML report."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Dict, IO, Iterable, List, Optional, Tuple
+
+import click
+
+from .common import config_option, fail, load_config
+from .xid_cmd import parse_time, terminal_safe
+
+EXIT_UNREADABLE = 1
+DEFAULT_SINCE = "7d"
+
+
+def _local_iso(epoch: float) -> str:
+    """sacct's own time form (local time, no zone): what its -S/-E take and its columns show."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+def _values(options: Tuple[str, ...]) -> List[str]:
+    """Repeated and comma-separated option values, in order, without duplicates."""
+    seen: List[str] = []
+    for option in options:
+        for value in option.split(","):
+            value = value.strip()
+            if value and value not in seen:
+                seen.append(value)
+    return seen
+
+
+def _expand_nodes(expressions: List[str]) -> List[str]:
+    import hostlist
+
+    nodes: List[str] = []
+    for expression in expressions:
+        try:
+            nodes += hostlist.expand_hostlist(expression)
+        except hostlist.BadHostlist:
+            fail(f"--node {terminal_safe(expression)!s}: not a node name or hostlist such as gpu[1-4]")
+    return nodes
+
+
+def _open_input(path: str) -> IO[str]:
+    if path == "-":
+        return open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
+    try:
+        if path.endswith(".gz"):
+            import gzip
+
+            return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+        return open(path, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        fail(terminal_safe(f"--input {path}: {exc.strerror}"), EXIT_UNREADABLE)
+        raise
+
+
+class JobOutput:
+    """Per-job rows (``--jobs``), written while the accounting streams by."""
+
+    def __init__(self, mode: str, stream: IO[str]):
+        from slurm_hooks.summary import text
+
+        self.text, self.mode, self.stream, self.count = text, mode, stream, 0
+        if mode == "csv":
+            self.csv = text.CsvWriter(stream, text.JOB_COLUMNS)
+        elif mode == "json":
+            stream.write('{"job_rows": [')
+        else:
+            stream.write(text.JOB_HEADER + "\n")
+
+    def __call__(self, view) -> None:
+        row = self.text.job_row(view)
+        if self.mode == "csv":
+            self.csv.row(row)
+        elif self.mode == "json":
+            self.stream.write(("," if self.count else "") + "\n" + json.dumps(row))
+        else:
+            self.stream.write(self.text.job_line(row) + "\n")
+        self.count += 1
+
+    def finish(self, report: Dict) -> None:
+        if self.mode == "json":
+            rest = json.dumps(report, indent=1)
+            self.stream.write("\n],\n" + rest[1:].lstrip() + "\n")
+
+
+@click.command()
+@config_option
+@click.option("--since", "since_text", metavar="TIME",
+              help="Jobs that ended from TIME on: 2026-11-01T00:00:00, @EPOCH, or 7d / 12h ago "
+                   "(default: 7d; with --input: the whole file).")
+@click.option("--until", "until_text", metavar="TIME", help="... and before TIME (default: now; with --input: no limit).")
+@click.option("--user", "users", multiple=True, metavar="NAME[,NAME]", help="Only these users' jobs.")
+@click.option("--account", "accounts", multiple=True, metavar="NAME[,NAME]", help="Only these accounts.")
+@click.option("--partition", "partitions", multiple=True, metavar="NAME[,NAME]", help="Only these partitions.")
+@click.option("--node", "nodes", multiple=True, metavar="HOSTLIST", help="Only jobs that ran on these nodes.")
+@click.option("--state", "states", multiple=True, metavar="STATE[,STATE]",
+              help="Only jobs whose sacct State starts with this word (FAILED, CANCELLED, ...).")
+@click.option("--cause", "causes", multiple=True, metavar="CAUSE[,CAUSE]",
+              help="Only jobs with this cause (GPU_LOST, NODE_FAIL, ...).")
+@click.option("--job", "job_ids", multiple=True, metavar="ID[,ID]", help="Only these jobs (every incarnation).")
+@click.option("--input", "input_path", metavar="FILE",
+              help="Read saved sacct output (see --sacct-format; - for stdin, .gz too) instead of running sacct.")
+@click.option("--sinfo-json", "sinfo_path", metavar="FILE",
+              help="With --input: saved `sinfo --json` output, for the nodes drained now.")
+@click.option("--events", "events_path", metavar="FILE",
+              help="With --input: saved `sacctmgr -P show event format=...` output (see --sacct-format), for drains.")
+@click.option("--sacct-format", "print_format", is_flag=True,
+              help="Print the sacct --format field list this command reads, and exit.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV (every field quoted).")
+@click.option("--by", "csv_table", type=click.Choice(["cause", "node", "xid"]), default="cause", show_default=True,
+              help="Which table --csv prints.")
+@click.option("--jobs", "per_job", is_flag=True, help="One row per job (as a table, --csv rows, or --json \"job_rows\").")
+@click.option("--html", "html_path", metavar="FILE", help="Also write a self-contained HTML report to FILE.")
+@click.option("--top", "top_nodes", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Nodes in the terminal table.")
+def summary(config_path, since_text, until_text, users, accounts, partitions, nodes, states, causes,
+            job_ids, input_path, sinfo_path, events_path, print_format, as_json, as_csv, csv_table, per_job, html_path,
+            top_nodes) -> None:
+    """Why jobs ended, which hardware hurt them, and which nodes keep doing it.
+
+    Reads `sacct -a -D -X -P` over the window (every incarnation of a requeued job counts),
+    joins each job with this tool's AdminComment entries (SGH1:...), and classifies the rest
+    from sacct's State alone (marked *). GPU-hours are allocated GPUs x elapsed time."""
+    from slurm_hooks.summary.accounting import SACCT_FORMAT
+    from slurm_hooks.summary.drains import EVENT_FORMAT
+
+    if print_format:
+        click.echo(SACCT_FORMAT)
+        if input_path or as_json or as_csv or html_path:
+            click.echo(f"slurm-gpu: summary: events for --events: sacctmgr -P show event format={EVENT_FORMAT}", err=True)
+        return
+    if as_json and as_csv:
+        fail("summary: --json and --csv exclude each other")
+    if (sinfo_path or events_path) and not input_path:
+        fail("summary: --sinfo-json and --events go with --input (without it, sinfo and sacctmgr are asked)")
+    now = time.time()
+    try:
+        since = parse_time(since_text, now) if since_text else (None if input_path else parse_time(DEFAULT_SINCE, now))
+    except ValueError as exc:
+        fail(terminal_safe(f"summary: {exc}"))
+    try:
+        until = parse_time(until_text, now) if until_text else (None if input_path else now)
+    except ValueError as exc:
+        fail(terminal_safe("summary: " + str(exc).replace("--since", "--until", 1)))
+    if since is not None and until is not None and since >= until:
+        fail("summary: --since must be before --until")
+    cfg = load_config(config_path)
+    _run(cfg, since, until, _values(users), _values(accounts), _values(partitions),
+         _expand_nodes(_values(nodes)), _values(states), _values(causes), _values(job_ids), input_path, sinfo_path, events_path,
+         "json" if as_json else ("csv" if as_csv else "text"), csv_table, per_job, html_path, top_nodes)
+
+
+def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, job_ids, input_path, sinfo_path,
+         events_path, mode, csv_table, per_job, html_path, top_nodes) -> None:
+    from slurm_hooks.summary import drains as drains_mod
+    from slurm_hooks.summary.accounting import AccountingError, SacctStream, read_rows, sacct_arguments
+    from slurm_hooks.summary.offenders import OffenderRules
+    from slurm_hooks.summary.report import build
+    from slurm_hooks.summary.tally import Filters, Tally
+
+    since_iso = _local_iso(since) if since is not None else ""
+    until_iso = _local_iso(until) if until is not None else ""
+    filters = Filters(since=since_iso, until=until_iso, users=frozenset(users), accounts=frozenset(accounts),
+                      partitions=frozenset(partitions), nodes=frozenset(nodes),
+                      states=frozenset(s.upper() for s in states), causes=frozenset(c.upper() for c in causes),
+                      job_ids=frozenset(job_ids))
+    out = sys.stdout
+    jobs_out = JobOutput(mode, out) if per_job else None
+    tally = Tally(filters, on_job=jobs_out)
+    problems: List[str] = []
+    notes: List[str] = []
+    prefix = cfg.section("drain").get("reason_prefix", "gpu-hooks:")
+    backend = None
+    try:
+        if input_path:
+            with _open_input(input_path) as handle:
+                tally.add(read_rows(handle, problems))
+        else:
+            backend = _backend(cfg)
+            try:
+                sacct = backend.binary("sacct")
+            except Exception as exc:  # SlurmError: one line
+                fail(terminal_safe(f"summary: {exc}"), EXIT_UNREADABLE)
+            stream = SacctStream([sacct] + sacct_arguments(since_iso, until_iso, users, accounts, partitions, nodes,
+                                                           job_ids),
+                                 backend.env, float(cfg.section("summary").get("sacct_timeout_s", 600)))
+            try:
+                tally.add(read_rows(stream.lines(), problems))
+            except BaseException:
+                stream.abandon()
+                raise
+            stream.close()
+    except AccountingError as exc:
+        fail(terminal_safe(f"summary: {exc}"), EXIT_UNREADABLE)
+    except BrokenPipeError:
+        _reader_went_away()
+    except OSError as exc:
+        fail(terminal_safe(f"summary: reading {input_path or 'sacct'}: {exc}"), EXIT_UNREADABLE)
+
+    drained, drain_note = _drained(backend, sinfo_path, input_path, prefix)
+    if drain_note:
+        notes.append(drain_note)
+    for node, ours in _drain_events(backend, events_path, input_path, since_iso, until_iso, prefix, notes):
+        tally.add_drain(node, ours)
+    notes += problems
+    window = {"since": since_iso or None, "until": until_iso or None}
+    report = build(tally, window, drained, notes, OffenderRules.from_config(cfg),
+                   source=f"file {input_path}" if input_path else "sacct")
+    if drain_note:
+        report["drained_note"] = drain_note
+    try:
+        _write(report, mode, csv_table, jobs_out, html_path, top_nodes, out)
+        out.flush()
+    except BrokenPipeError:
+        _reader_went_away()
+    for problem in problems:
+        click.echo(terminal_safe(f"slurm-gpu: summary: {problem}"), err=True)
+    if problems:
+        raise click.exceptions.Exit(EXIT_UNREADABLE)
+
+
+def _reader_went_away() -> None:
+    """stdout closed early (``| head``): stop quietly, as other Unix tools do."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise click.exceptions.Exit(EXIT_UNREADABLE)
+
+
+def _backend(cfg):
+    from slurm_hooks.slurm import backend_from_config
+
+    return backend_from_config(cfg)
+
+
+def _drained(backend, sinfo_path: Optional[str], input_path: Optional[str], prefix: str):
+    from slurm_hooks.summary.drains import drained_from_sinfo, fetch_sinfo, load_sinfo_file
+
+    try:
+        if sinfo_path:
+            return drained_from_sinfo(load_sinfo_file(sinfo_path), prefix), ""
+        if input_path:
+            return [], "nodes drained now: not known (--input without --sinfo-json)"
+        return drained_from_sinfo(fetch_sinfo(backend), prefix), ""
+    except OSError as exc:
+        return [], f"nodes drained now: not known ({sinfo_path}: {exc.strerror})"
+    except Exception as exc:  # SlurmError or a document that is not sinfo's: a note, not a failure
+        return [], f"nodes drained now: not known (sinfo --json: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+
+
+def _drain_events(backend, events_path, input_path, since_iso, until_iso, prefix, notes) -> Iterable[Tuple[str, bool]]:
+    from slurm_hooks.summary.drains import drain_events, fetch_events
+
+    try:
+        if events_path:
+            with open(events_path, encoding="utf-8", errors="replace") as handle:
+                return list(drain_events(handle, since_iso, until_iso, prefix))
+        if input_path:
+            notes.append("drains per node: not counted (--input without --events)")
+            return []
+        return list(drain_events(fetch_events(backend, since_iso, until_iso), since_iso, until_iso, prefix))
+    except OSError as exc:
+        notes.append(f"drains per node: not counted ({events_path}: {exc.strerror})")
+    except Exception as exc:  # SlurmError: a note, not a failure
+        notes.append(f"drains per node: not counted (sacctmgr show event: {str(exc).splitlines()[0]})")
+    return []
+
+
+def _write(report, mode, csv_table, jobs_out, html_path, top_nodes, out) -> None:
+    from slurm_hooks.summary import text
+
+    if html_path:
+        from slurm_hooks.summary.html import render_html
+
+        page = render_html(report, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        try:
+            with open(html_path, "w", encoding="utf-8") as handle:
+                handle.write(page)
+        except OSError as exc:
+            fail(terminal_safe(f"summary: --html {html_path}: {exc.strerror}"), EXIT_UNREADABLE)
+    if jobs_out is not None:
+        jobs_out.finish(report)
+        return
+    if mode == "json":
+        out.write(json.dumps(report, indent=1) + "\n")
+    elif mode == "csv":
+        out.write(text.render_csv(report, csv_table))
+    else:
+        out.write(text.render_text(report, top_nodes))

@@ -1,0 +1,127 @@
+"""Why one job (one incarnation) ended, from its sacct State and this tool's AdminComment
+entries. Pure: text in, a ``Verdict`` out.
+
+* A job-level entry (``node`` "*", written once per job by EpilogSlurmctld) decides the cause.
+* Else a hardware class from any node's entry (the node that broke the job) decides it.
+* Else node entries that agree on one class decide it.
+* Else, and for every job without an entry of ours, the cause is the first word of sacct's
+  State (``CANCELLED by 0`` -> ``CANCELLED``), and the verdict says it came from accounting.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from healthcheck.records import admin_comment
+from healthcheck.records.classes import HARDWARE_CLASSES, is_hardware
+
+SOURCE_HOOKS = "hooks"            # an entry of ours decided
+SOURCE_ACCOUNTING = "sacct"       # sacct's State alone
+
+# Rows of jobs that have not ended: not counted as endings.
+UNFINISHED = frozenset(("PENDING", "RUNNING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED",
+                        "RESIZING", "REVOKED", "SIGNALING", "STAGE_OUT", "SPECIAL_EXIT"))
+
+
+@dataclass
+class Culprit:
+    """A node (and GPU, Xid) behind a hardware-caused ending."""
+    node: str
+    gpu: Optional[int] = None
+    xid: Optional[int] = None
+
+
+@dataclass
+class Verdict:
+    cause: str
+    source: str
+    hardware: bool = False
+    culprits: List[Culprit] = field(default_factory=list)
+    xids: Tuple[int, ...] = ()
+    check: str = ""
+
+
+# The common case, decided without a JSON parser: exactly one entry of ours, job-level, with no
+# Xid (only plain string or number values). Anything else takes the full path.
+_SIMPLE_JOB_ENTRY = re.compile(
+    r'SGH1:\{"v":\d+,"node":"\*","class":"([A-Z_]+)"'
+    r'(?:,"(?!xid")[a-z_]+":(?:"[^"\\]*"|-?\d+(?:\.\d+)?|true|false|null))*\}')
+
+
+HARDWARE = frozenset(HARDWARE_CLASSES)
+# How our encoder starts a job-level entry (``admin_comment.encode``: "v", then the entry's keys).
+SIMPLE_HEAD = 'SGH1:{"v":1,"node":"*","class":"'
+
+
+def quick_cause(comment: str) -> Optional[str]:
+    """The cause when ``comment`` holds one simple job-level entry of a Slurm class; None
+    means: use ``classify``."""
+    if comment.count(admin_comment.TAG) != 1:
+        return None
+    match = _SIMPLE_JOB_ENTRY.search(comment)
+    if match is None:
+        return None
+    cause = match.group(1)
+    return None if cause in HARDWARE else cause
+
+
+def state_word(state: str) -> str:
+    return state.split(" ", 1)[0] if state else "UNKNOWN"
+
+
+def _int(value: Any) -> Optional[int]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _culprit(entry: Dict[str, Any], nodes: Tuple[str, ...]) -> Optional[Culprit]:
+    node = str(entry.get("node", ""))
+    if node == "*" or not node:
+        # A job-level entry may name the node; else only a one-node job says which node.
+        named = entry.get("failed_node") or entry.get("nodes")
+        if isinstance(named, str) and named and "[" not in named and "," not in named:
+            node = named
+        elif len(nodes) == 1:
+            node = nodes[0]
+        else:
+            return None
+    return Culprit(node=node, gpu=_int(entry.get("gpu")), xid=_int(entry.get("xid")))
+
+
+def classify(state: str, comment: str, nodes: Tuple[str, ...] = ()) -> Verdict:
+    """The verdict for one row: ``state`` is sacct's State, ``comment`` its AdminComment,
+    ``nodes`` the job's nodes (to place a job-level hardware entry on a one-node job)."""
+    entries = admin_comment.parse(comment) if comment and admin_comment.TAG in comment else []
+    if not entries:
+        return Verdict(cause=state_word(state), source=SOURCE_ACCOUNTING)
+    job_level = [e for e in entries if str(e.get("node")) == "*"]
+    node_level = [e for e in entries if str(e.get("node")) != "*"]
+    hardware_entries = [e for e in node_level if is_hardware(str(e.get("class")))]
+    if job_level:
+        decided = job_level[-1]
+    elif hardware_entries:
+        decided = hardware_entries[0]
+    else:
+        classes = {str(e.get("class")) for e in node_level}
+        if len(classes) != 1:
+            return Verdict(cause=state_word(state), source=SOURCE_ACCOUNTING)
+        decided = node_level[0]
+    cause = str(decided.get("class"))
+    verdict = Verdict(cause=cause, source=SOURCE_HOOKS, hardware=is_hardware(cause),
+                      check=str(decided.get("check", "") or ""))
+    if verdict.hardware:
+        behind = hardware_entries or [decided]
+        verdict.culprits = [c for c in (_culprit(e, nodes) for e in behind) if c is not None]
+    xids = []
+    for entry in [decided] + hardware_entries:
+        code = _int(entry.get("xid"))
+        if code is not None and code not in xids:
+            xids.append(code)
+    verdict.xids = tuple(xids)
+    return verdict

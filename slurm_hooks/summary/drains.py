@@ -1,0 +1,121 @@
+"""What Slurm says about drains: the nodes drained now (``sinfo --json``) and the drains that
+happened in the window (``sacctmgr show event``, the node-state history slurmdbd keeps).
+
+Parsing is pure (text in, plain data out); ``fetch_*`` run the commands through the Slurm
+backend's binary lookup, environment and timeout. Our own reasons are recognised and read
+back with ``healthcheck.drain_reason``.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from healthcheck.drain_reason import DEFAULT_PREFIX, is_ours, parse_reason
+
+# Reason last: it is free text and may hold the delimiter.
+EVENT_FIELDS = ("NodeName", "TimeStart", "TimeEnd", "State", "User", "Reason")
+EVENT_FORMAT = ",".join(EVENT_FIELDS)
+_TAKEN_OUT = ("DRAIN", "FAIL")          # event states that take a node out of service on purpose
+
+
+def _flags(node: Dict[str, Any]) -> List[str]:
+    state = node.get("state")
+    flags = list(state) if isinstance(state, list) else [str(state or "")]
+    extra = node.get("state_flags")
+    if isinstance(extra, list):
+        flags += [str(flag) for flag in extra]
+    return [flag.upper() for flag in flags if flag]
+
+
+def _iso(epoch: Any) -> str:
+    if isinstance(epoch, dict):                    # newer Slurm: {"set": true, "number": N}
+        epoch = epoch.get("number")
+    if not isinstance(epoch, (int, float)) or epoch <= 0:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+def describe_reason(reason: str, prefix: str = DEFAULT_PREFIX) -> Dict[str, Any]:
+    """Whether a reason is ours and, if it is, what it says (check, subject, Xid)."""
+    parsed = parse_reason(reason, prefix)
+    if parsed is None:
+        return {"ours": False}
+    described: Dict[str, Any] = {"ours": True, "check": parsed.check, "subject": parsed.subject,
+                                 "summary": parsed.summary}
+    if parsed.keys:
+        described["keys"] = dict(parsed.keys)
+    if parsed.xid is not None:
+        described["xid"] = parsed.xid
+    return described
+
+
+def drained_from_sinfo(document: Dict[str, Any], prefix: str = DEFAULT_PREFIX) -> List[Dict[str, Any]]:
+    """Drained (or draining, or failing) nodes from ``sinfo --json``, ours marked."""
+    nodes = document.get("nodes") if isinstance(document, dict) else None
+    if not isinstance(nodes, list):
+        raise ValueError("sinfo --json: no \"nodes\" list")
+    drained = []
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        flags = _flags(node)
+        if not any(flag.startswith("DRAIN") or flag == "FAIL" for flag in flags):
+            continue
+        reason = str(node.get("reason") or "")
+        entry = {"node": str(node.get("name", "")), "state": "+".join(flags), "reason": reason,
+                 "set_by": str(node.get("reason_set_by_user") or ""),
+                 "since": _iso(node.get("reason_changed_at"))}
+        entry.update(describe_reason(reason, prefix))
+        drained.append(entry)
+    drained.sort(key=lambda entry: entry["node"])
+    return drained
+
+
+def parse_events(lines: Iterable[str]) -> Iterator[Tuple[str, str, str, str]]:
+    """(node, start, state, reason) of each node event in ``sacctmgr -P show event`` output
+    with ``EVENT_FORMAT`` (header optional); cluster events (no node) are skipped."""
+    for line in lines:
+        line = line.rstrip("\r\n")
+        if not line:
+            continue
+        parts = line.split("|")
+        if len(parts) < len(EVENT_FIELDS) or tuple(parts[:len(EVENT_FIELDS)]) == EVENT_FIELDS:
+            continue
+        node, start, _end, state, _user = parts[:5]
+        reason = "|".join(parts[5:])
+        if node:
+            yield node, start, state, reason
+
+
+def drain_events(lines: Iterable[str], since: str = "", until: str = "",
+                 prefix: str = DEFAULT_PREFIX) -> Iterator[Tuple[str, bool]]:
+    """(node, ours) for every drain or fail that began in [since, until)."""
+    for node, start, state, reason in parse_events(lines):
+        if not any(word in state.upper() for word in _TAKEN_OUT):
+            continue
+        if (since and start < since) or (until and start >= until):
+            continue
+        yield node, is_ours(reason, prefix)
+
+
+def fetch_sinfo(backend) -> Dict[str, Any]:
+    text = backend.run("sinfo", ["--json"])
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ValueError("sinfo --json did not print JSON") from None
+
+
+def fetch_events(backend, since: str, until: str) -> List[str]:
+    text = backend.run("sacctmgr", ["-P", "-n", "show", "event", f"format={EVENT_FORMAT}",
+                                    f"start={since}", f"end={until}"])
+    return text.splitlines()
+
+
+def load_sinfo_file(path: str) -> Dict[str, Any]:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        try:
+            return json.load(handle)
+        except ValueError:
+            raise ValueError(f"{path}: not sinfo --json output") from None

@@ -1,0 +1,436 @@
+"""slurm-gpu summary on real-format accounting: sacct output captured from the lab after the
+scenarios (tests/data/summary/), with AdminComment entries of ours added in our own format."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from collections import Counter
+
+import pytest
+from healthcheck.records import admin_comment
+from tests.conftest import run_cli
+from slurm_hooks.summary import accounting, drains
+from slurm_hooks.summary.accounting import SACCT_FIELDS, SACCT_FORMAT, AccountingError, read_rows
+from slurm_hooks.summary.classify import SOURCE_ACCOUNTING, SOURCE_HOOKS, classify, quick_cause
+from slurm_hooks.summary.offenders import OffenderRules, poisson_tail, rank_nodes
+from slurm_hooks.summary.report import build
+from slurm_hooks.summary.tally import Filters, NodeTally, Tally, gpus_of
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "summary")
+LAB_SACCT = os.path.join(DATA, "sacct-lab-scenarios.txt")
+LAB_SINFO = os.path.join(DATA, "sinfo-lab.json")
+LAB_EVENTS = os.path.join(DATA, "sacctmgr-events-lab.txt")
+COL = {name: i for i, name in enumerate(SACCT_FIELDS)}
+
+
+def lab_lines():
+    with open(LAB_SACCT, encoding="utf-8") as handle:
+        return handle.read().splitlines(keepends=True)
+
+
+def with_comments(comments):
+    """The lab's sacct output with AdminComment set for some jobs ({JobIDRaw: text})."""
+    out = []
+    for line in lab_lines():
+        parts = line.rstrip("\n").split("|")
+        if parts[0] in comments and parts[0] != "JobIDRaw":
+            parts[COL["AdminComment"]] = comments[parts[0]]
+        out.append("|".join(parts) + "\n")
+    return out
+
+
+# The hooks' view of the lab's hardware scenarios (jobs 7, 10, 13, 15 in the capture).
+HOOKED = {
+    "7": " ".join([admin_comment.encode({"node": "gpu1", "class": "GPU_LOST", "gpu": 3, "xid": 79}),
+                   admin_comment.encode({"node": "*", "class": "GPU_LOST", "nodes": "gpu1"})]),
+    "13": admin_comment.encode({"node": "gpu2", "class": "GPU_ECC", "gpu": 0, "xid": 48}),
+    "15": "JS1:c29tZSBqb2JzdGF0cyBibG9i " + admin_comment.encode({"node": "gpu3", "class": "NVLINK", "gpu": 1, "xid": 74}),
+    "10": admin_comment.encode({"node": "*", "class": "INFINIBAND", "check": "ib.port.state"}),
+    "2": admin_comment.encode({"node": "*", "class": "COMPLETED", "nodes": "gpu1", "t": 1796049494}),
+}
+
+
+def tally_of(lines, filters=None):
+    tally = Tally(filters)
+    problems = []
+    tally.add(read_rows(lines, problems))
+    assert problems == []
+    return tally
+
+
+def expected_from_capture(lines, comments):
+    """Per cause: jobs and GPU-seconds, computed straight from the text (independent of the tally)."""
+    jobs, gpu_seconds = Counter(), Counter()
+    for line in lines[1:]:
+        parts = line.rstrip("\n").split("|")
+        cause = parts[COL["State"]].split(" ")[0]
+        if parts[0] in comments:
+            entries = admin_comment.parse(comments[parts[0]])
+            job_level = [e for e in entries if e["node"] == "*"]
+            cause = (job_level or entries)[-1]["class"]
+        match = re.search(r"gres/gpu=(\d+)", parts[COL["AllocTRES"]])
+        jobs[cause] += 1
+        gpu_seconds[cause] += (int(match.group(1)) if match else 0) * int(parts[COL["ElapsedRaw"]])
+    return jobs, gpu_seconds
+
+
+# -- the format contract ------------------------------------------------------------------------
+def test_sacct_format_is_the_contract():
+    result = run_cli(["summary", "--sacct-format"])
+    assert result.exit_code == 0
+    assert result.output.strip() == SACCT_FORMAT
+    assert SACCT_FORMAT.split(",")[-2:] == ["AdminComment", "JobName"]      # free text last
+    assert lab_lines()[0].rstrip("\n") == "|".join(SACCT_FIELDS)
+
+
+def test_live_sacct_arguments_ask_for_every_incarnation_of_every_user():
+    args = accounting.sacct_arguments("2026-11-01T00:00:00", "2026-11-02T00:00:00", users=["alice"], job_ids=["7"])
+    assert {"-a", "-D", "-X", "-n", "-P"} <= set(args)
+    assert f"--format={SACCT_FORMAT}" in args and "--delimiter=\x1f" in args
+    assert "--starttime=2026-11-01T00:00:00" in args and "--user=alice" in args and "--jobs=7" in args
+
+
+# -- reading ----------------------------------------------------------------------------------------
+def test_reads_the_lab_capture_with_every_incarnation():
+    rows = list(read_rows(lab_lines(), []))
+    assert len(rows) == 16
+    requeued = [r for r in rows if r[COL["JobIDRaw"]] == "11"]
+    assert [r[COL["State"]] for r in requeued] == ["PREEMPTED", "COMPLETED"]
+    assert len({r[COL["DBIndex"]] for r in requeued}) == 2
+
+
+def test_pipes_in_job_names_and_in_our_entries_are_put_back():
+    entry = admin_comment.encode({"node": "*", "class": "FAILED", "msg": "a|b SGH1: c"})
+    line = lab_lines()[6].rstrip("\n").split("|")
+    line[COL["AdminComment"]] = entry
+    line[COL["JobName"]] = "train|v2|final"
+    rows = list(read_rows(["|".join(line) + "\n"], []))
+    assert len(rows) == 1
+    assert rows[0][COL["AdminComment"]] == entry
+    assert accounting.job_name(rows[0]) == "train|v2|final"
+
+
+def test_live_delimiter_is_detected():
+    text = lab_lines()[2].replace("|", "\x1f")
+    rows = list(read_rows([text], []))
+    assert rows[0][COL["State"]] == "COMPLETED" and accounting.job_name(rows[0]) == "lab-completed"
+
+
+def test_a_header_of_another_format_is_refused():
+    with pytest.raises(AccountingError, match="expected JobIDRaw,JobID"):
+        list(read_rows(["JobID|State|ExitCode\n", "1|COMPLETED|0:0\n"], []))
+
+
+def test_lines_of_another_shape_are_reported_not_hidden():
+    problems = []
+    rows = list(read_rows(lab_lines()[:3] + ["garbage\n", "\n", "1|2|3\n"], problems))
+    assert len(rows) == 2
+    assert len(problems) == 2 and "17 fields" in problems[0]
+
+
+# -- classification ---------------------------------------------------------------------------------
+def test_jobs_without_an_entry_are_classified_from_sacct_state():
+    verdict = classify("CANCELLED by 0", "")
+    assert (verdict.cause, verdict.source, verdict.hardware) == ("CANCELLED", SOURCE_ACCOUNTING, False)
+    assert classify("FAILED", "JS1:abcdef admin note").source == SOURCE_ACCOUNTING
+
+
+def test_job_level_entry_decides_and_node_entries_name_the_hardware():
+    verdict = classify("FAILED", HOOKED["7"], ("gpu1",))
+    assert (verdict.cause, verdict.source, verdict.hardware) == ("GPU_LOST", SOURCE_HOOKS, True)
+    assert [(c.node, c.gpu, c.xid) for c in verdict.culprits] == [("gpu1", 3, 79)]
+    assert verdict.xids == (79,)
+
+
+def test_a_node_entry_alone_decides_a_hardware_cause_on_a_multi_node_job():
+    comment = admin_comment.encode({"node": "gpu2", "class": "FAILED"}) + " " + \
+        admin_comment.encode({"node": "gpu3", "class": "GPU_XID", "gpu": 5, "xid": 94})
+    verdict = classify("FAILED", comment, ("gpu1", "gpu2", "gpu3"))
+    assert verdict.cause == "GPU_XID" and [c.node for c in verdict.culprits] == ["gpu3"]
+
+
+def test_a_job_level_hardware_entry_on_a_one_node_job_names_that_node():
+    verdict = classify("FAILED", HOOKED["10"], ("gpu1",))
+    assert verdict.cause == "INFINIBAND" and verdict.culprits[0].node == "gpu1"
+    assert classify("FAILED", HOOKED["10"], ("gpu1", "gpu2")).culprits == []
+
+
+def test_damaged_entries_are_skipped():
+    assert classify("TIMEOUT", 'SGH1:{"v":1,"node":"*","class":').cause == "TIMEOUT"
+
+
+@pytest.mark.parametrize("comment", [
+    admin_comment.encode({"node": "*", "class": "COMPLETED", "nodes": "gpu[1-3]", "t": 1796049494}),
+    admin_comment.encode({"node": "*", "class": "FAILED", "exit": 3, "msg": "x"}),
+    "JS1:blob " + admin_comment.encode({"node": "*", "class": "TIMEOUT"}),
+])
+def test_the_fast_path_agrees_with_the_full_parser(comment):
+    assert quick_cause(comment) == classify("COMPLETED", comment).cause
+
+
+@pytest.mark.parametrize("comment", [HOOKED["7"], HOOKED["10"], HOOKED["13"],
+                                     admin_comment.encode({"node": "*", "class": "FAILED", "xid": 13})])
+def test_the_fast_path_leaves_hardware_and_xids_to_the_full_parser(comment):
+    assert quick_cause(comment) is None
+
+
+def test_gpus_from_alloc_tres():
+    assert gpus_of("billing=1,cpu=1,gres/gpu=2,mem=125M,node=1") == 2
+    assert gpus_of("billing=8,cpu=8,gres/gpu:h100=4,gres/gpu:a100=2,node=2") == 6
+    assert gpus_of("billing=1,cpu=1,gres/gpumem=80G,mem=125M,node=1") == 0
+
+
+# -- the tally and the JSON contract ---------------------------------------------------------------------
+def test_counts_and_gpu_hours_per_cause_match_the_capture():
+    lines = with_comments(HOOKED)
+    report = build(tally_of(lines), {"since": None, "until": None}, [], [])
+    jobs, gpu_seconds = expected_from_capture(lines, HOOKED)
+    assert {c: r["jobs"] for c, r in report["by_cause"].items()} == dict(jobs)
+    for cause, seconds in gpu_seconds.items():
+        assert report["by_cause"][cause]["gpu_hours"] == pytest.approx(seconds / 3600, abs=1e-3)
+    assert report["jobs"] == 16
+    assert report["by_cause"]["COMPLETED"]["from_accounting"] == jobs["COMPLETED"] - 1
+    assert report["hardware"]["jobs"] == 4
+
+
+def test_the_json_contract_keys():
+    report = build(tally_of(with_comments(HOOKED)), {"since": "a", "until": "b"}, [], [])
+    assert {"window", "jobs", "by_cause", "by_node", "by_xid", "drained"} <= set(report)
+    for row in report["by_cause"].values():
+        assert {"jobs", "gpu_hours"} <= set(row)
+    assert json.loads(json.dumps(report)) == report
+
+
+def test_nodes_gpus_and_xids_behind_hardware_endings():
+    report = build(tally_of(with_comments(HOOKED)), {}, [], [])
+    by_node = {n["node"]: n for n in report["by_node"]}
+    assert by_node["gpu1"]["hardware_endings"] == 2          # Xid 79 and the IB port
+    assert by_node["gpu2"]["hardware_endings"] == 1 and by_node["gpu3"]["hardware_endings"] == 1
+    import hostlist
+
+    ran_on = Counter(node for r in read_rows(lab_lines(), []) for node in hostlist.expand_hostlist(r[COL["NodeList"]]))
+    assert {name: n["jobs"] for name, n in by_node.items()} == dict(ran_on)     # gpu[1-3] counts on each
+    xids = {x["xid"]: x for x in report["by_xid"]}
+    assert set(xids) == {79, 48, 74}
+    assert xids[79]["mnemonic"] and xids[79]["nodes"] == {"gpu1": 1}
+    assert {(g["node"], g["gpu"]) for g in report["by_gpu"]} == {("gpu1", 3), ("gpu2", 0), ("gpu3", 1)}
+
+
+def test_node_hours_are_the_jobs_elapsed_time_on_each_node():
+    report = build(tally_of(lab_lines()), {}, [], [])
+    rows = list(read_rows(lab_lines(), []))
+    gpu3 = sum(int(r[COL["ElapsedRaw"]]) for r in rows if "gpu3" in r[COL["NodeList"]] or "[1-3]" in r[COL["NodeList"]])
+    assert {n["node"]: n["node_hours"] for n in report["by_node"]}["gpu3"] == pytest.approx(gpu3 / 3600, abs=1e-3)
+
+
+@pytest.mark.parametrize("filters, expected_jobs", [
+    (Filters(states=frozenset({"FAILED"})), 5),
+    (Filters(partitions=frozenset({"high"})), 2),
+    (Filters(nodes=frozenset({"gpu3"})), 3),                              # node-fail, nvlink, three-nodes
+    (Filters(causes=frozenset({"GPU_LOST", "GPU_ECC"})), 2),
+    (Filters(since="2026-11-30T14:38:20", until="2026-11-30T14:38:40"), 4),  # jobs 11 (twice), 12, 13
+    (Filters(job_ids=frozenset({"11"})), 2),
+    (Filters(users=frozenset({"nobody"})), 0),
+])
+def test_filters(filters, expected_jobs):
+    assert tally_of(with_comments(HOOKED), filters).jobs == expected_jobs
+
+
+def test_unfinished_jobs_are_not_endings():
+    line = lab_lines()[2].replace("|COMPLETED|", "|RUNNING|").replace("2026-11-30T14:38:14", "Unknown")
+    tally = tally_of([line])
+    assert (tally.jobs, tally.unfinished) == (0, 1)
+
+
+# -- repeat offenders -------------------------------------------------------------------------------------
+def test_poisson_tail():
+    assert poisson_tail(1, 1.0) == pytest.approx(1 - 2.718281828 ** -1)
+    assert poisson_tail(0, 3.0) == 1.0 and poisson_tail(2, 0.0) == 0.0
+    assert poisson_tail(10, 1.0) < 1e-6
+
+
+def _nodes(**spec):
+    return {name: NodeTally(jobs=10, node_seconds=hours * 3600, hardware=hw) for name, (hours, hw) in spec.items()}
+
+
+def test_a_node_far_above_the_fleet_rate_is_flagged_and_ranked_first():
+    nodes = _nodes(**{f"n{i:02d}": (100.0, 1) for i in range(40)}, lemon=(100.0, 8))
+    ranked = rank_nodes(nodes, OffenderRules())
+    assert ranked[0]["node"] == "lemon" and ranked[0]["flagged"]
+    assert "8 hardware-caused endings" in ranked[0]["why"]
+    assert not any(n["flagged"] for n in ranked[1:])
+
+
+def test_a_busy_node_is_not_flagged_for_being_busy():
+    nodes = _nodes(**{f"n{i:02d}": (100.0, 1) for i in range(40)}, busy=(1000.0, 10))
+    assert not any(n["flagged"] for n in rank_nodes(nodes, OffenderRules()))
+
+
+def test_one_unlucky_ending_is_not_a_pattern():
+    nodes = _nodes(**{f"n{i:02d}": (100.0, 0) for i in range(40)}, once=(1.0, 1))
+    assert not any(n["flagged"] for n in rank_nodes(nodes, OffenderRules()))
+
+
+def test_offender_thresholds_come_from_config(tmp_path):
+    from healthcheck.config import Config
+
+    path = tmp_path / "c.toml"
+    path.write_text("[summary]\noffender_min_events = 5\noffender_ratio = 2.5\noffender_max_p = 0.02\n")
+    assert OffenderRules.from_config(Config.load(str(path))) == OffenderRules(5, 2.5, 0.02)
+
+
+# -- drains ----------------------------------------------------------------------------------------------
+def test_drained_now_from_sinfo_json_reads_our_reason():
+    with open(LAB_SINFO, encoding="utf-8") as handle:
+        drained = drains.drained_from_sinfo(json.load(handle))
+    assert [d["node"] for d in drained] == ["gpu2"]
+    assert drained[0]["ours"] and drained[0]["check"] == "kernel.xid" and drained[0]["xid"] == 79
+    assert drained[0]["state"] == "IDLE+DRAIN" and drained[0]["set_by"] == "root"
+
+
+def test_drains_in_the_window_from_sacctmgr_events():
+    with open(LAB_EVENTS, encoding="utf-8") as handle:
+        events = list(drains.drain_events(handle, "2026-11-30T14:00:00", "2026-11-30T15:00:00"))
+    assert Counter(events) == Counter({("gpu1", True): 1, ("gpu2", False): 1, ("gpu2", True): 1,
+                                       ("gpu3", True): 1, ("gpu3", False): 1})
+
+
+# -- the command -------------------------------------------------------------------------------------------
+def run(*args):
+    return run_cli(["summary", *args])
+
+
+@pytest.fixture
+def hooked_input(tmp_path):
+    path = tmp_path / "sacct.txt"
+    path.write_text("".join(with_comments(HOOKED)))
+    return str(path)
+
+
+def test_json_from_input_with_saved_sinfo_and_events(hooked_input):
+    result = run("--input", hooked_input, "--sinfo-json", LAB_SINFO, "--events", LAB_EVENTS, "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["jobs"] == 16 and report["by_cause"]["GPU_LOST"]["jobs"] == 1
+    assert [d["node"] for d in report["drained"]] == ["gpu2"]
+    assert {n["node"]: n["drains"] for n in report["by_node"]} == {"gpu1": 1, "gpu2": 2, "gpu3": 2}
+
+
+def test_input_alone_says_what_it_does_not_know(hooked_input):
+    result = run("--input", hooked_input)
+    assert result.exit_code == 0
+    assert "GPU_LOST" in result.stdout and "COMPLETED(*)" in result.stdout and "TIMEOUT*" in result.stdout
+    assert "nodes drained now: not known" in result.stdout
+
+
+def test_per_job_json_is_one_valid_object(hooked_input):
+    result = run("--input", hooked_input, "--json", "--jobs")
+    assert result.exit_code == 0
+    report = json.loads(result.stdout)
+    assert len(report["job_rows"]) == report["jobs"] == 16
+    row = [r for r in report["job_rows"] if r["job"] == "7"][0]
+    assert (row["cause"], row["source"], row["gpus"], row["culprits"], row["xids"]) == \
+        ("GPU_LOST", "hooks", 2, "gpu1:gpu3", "79")
+
+
+def test_csv_quotes_every_field_and_disarms_formulas(tmp_path):
+    line = lab_lines()[2].rstrip("\n").split("|")
+    line[COL["JobName"]] = '=HYPERLINK("http://x"),"quoted"'
+    path = tmp_path / "s.txt"
+    path.write_text("|".join(line) + "\n")
+    result = run("--input", str(path), "--csv", "--jobs")
+    assert result.exit_code == 0
+    assert result.stdout.startswith('"job","name"')
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert rows[0]["name"] == '\'=HYPERLINK("http://x"),"quoted"'
+    by_node = run("--input", str(path), "--csv", "--by", "node")
+    assert list(csv.reader(io.StringIO(by_node.stdout)))[1][0] == "gpu1"
+
+
+def test_terminal_output_escapes_control_characters(tmp_path):
+    line = lab_lines()[2].rstrip("\n").split("|")
+    line[COL["JobName"]] = "evil\x1b[2Jname"
+    path = tmp_path / "s.txt"
+    path.write_text("|".join(line) + "\n")
+    result = run("--input", str(path), "--jobs")
+    assert "\x1b" not in result.stdout and "evil\\x1b[2Jname" in result.stdout
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--input", "/nonexistent/sacct.txt"], 1, "No such file"),
+    (["--since", "yesterday-ish"], 2, "not a time"),
+    (["--until", "soonish", "--input", "-"], 2, "--until 'soonish'"),
+    (["--since", "2026-11-02T00:00:00", "--until", "2026-11-01T00:00:00", "--input", "-"], 2, "before --until"),
+    (["--json", "--csv", "--input", "-"], 2, "exclude each other"),
+    (["--sinfo-json", "x.json"], 2, "go with --input"),
+    (["--node", "gpu[1-", "--input", "-"], 2, "not a node name"),
+])
+def test_bad_input_is_one_line_and_non_zero(args, code, message):
+    result = run(*args)
+    assert result.exit_code == code
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_a_foreign_header_is_one_line_and_exit_1(tmp_path):
+    path = tmp_path / "s.txt"
+    path.write_text("JobID|JobName|State\n1|x|COMPLETED\n")
+    result = run("--input", str(path))
+    assert result.exit_code == 1 and "--sacct-format" in result.stderr
+
+
+def test_malformed_lines_are_counted_and_the_exit_says_so(tmp_path):
+    path = tmp_path / "s.txt"
+    path.write_text("".join(lab_lines()) + "not|a|row\n")
+    result = run("--input", str(path), "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["jobs"] == 16
+    assert "not a sacct row" in result.stderr
+
+
+# -- the HTML page ------------------------------------------------------------------------------------------
+def test_html_is_self_contained_and_escapes_job_names(tmp_path):
+    comments = dict(HOOKED)
+    line_names = {"7": "<script>alert(1)</script>"}
+    lines = []
+    for line in with_comments(comments):
+        parts = line.rstrip("\n").split("|")
+        if parts[0] in line_names:
+            parts[-1] = line_names[parts[0]]
+        lines.append("|".join(parts) + "\n")
+    path = tmp_path / "s.txt"
+    path.write_text("".join(lines))
+    out = tmp_path / "r.html"
+    result = run("--input", str(path), "--sinfo-json", LAB_SINFO, "--html", str(out))
+    assert result.exit_code == 0, result.stderr
+    page = out.read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in page.lower()
+    assert not re.search(r"(src|href)=\"?(https?:)?//", page)
+    assert page.count("<svg") == 4                       # over time, lost per cause, share, nodes
+    from healthcheck.kernellog.catalog import XidCatalog
+    from markupsafe import escape
+
+    assert str(escape(XidCatalog().entry(79).mnemonic)) in page
+    assert "gpu-hooks: v1 kernel.xid gpu0 xid:79; test" in page     # drained now, with its reason
+
+
+def test_generator_is_deterministic_and_parses_cleanly(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_sacct", os.path.join(os.path.dirname(__file__), "..", "bench", "gen_sacct.py"))
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    rows = gen.write_jobs(str(a), 3000, seed=7)
+    gen.write_jobs(str(b), 3000, seed=7)
+    assert a.read_bytes() == b.read_bytes()
+    with open(a, encoding="utf-8") as handle:
+        tally = tally_of(handle)
+    assert tally.jobs == rows >= 3000
+    report = build(tally, {}, [], [])
+    assert report["hardware"]["jobs"] > 0 and report["by_xid"]
+    assert any(cause.startswith("CANCELLED") for cause in report["by_cause"])
