@@ -23,6 +23,12 @@ OTHER_COLORS = ("#7f7f7f", "#9e9e6b", "#6b9e9e", "#9e6b9e", "#c7c76b")
 CHART_W, CHART_H = 760, 240
 MARGIN_L, MARGIN_B, MARGIN_T = 56, 36, 12
 MAX_BARS = 120
+MAX_BAR_W = 48
+
+
+def hours(value: float) -> str:
+    """GPU-hours for people: small numbers keep their digits."""
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3f}"
 
 
 def cause_color(cause: str, others: Dict[str, str]) -> str:
@@ -56,8 +62,9 @@ def timeline_chart(report: Dict[str, Any], colors: Dict[str, str]) -> Dict[str, 
                 continue
             height = plot_h * jobs / peak
             y -= height
-            bars.append({"x": round(MARGIN_L + i * step + step * 0.1, 2), "y": round(y, 2),
-                         "w": round(max(step * 0.8, 1), 2), "h": round(max(height, 0.5), 2),
+            width = min(max(step * 0.8, 1), MAX_BAR_W)
+            bars.append({"x": round(MARGIN_L + i * step + (step - width) / 2, 2), "y": round(y, 2),
+                         "w": round(width, 2), "h": round(max(height, 0.5), 2),
                          "color": cause_color(cause, colors),
                          "title": f"{row['t']}: {jobs} {cause}"})
     labels = []
@@ -83,7 +90,7 @@ def hbar_chart(items: List[Dict[str, Any]], value_key: str, label_key: str, unit
         value = item[value_key]
         bars.append({"y": 6 + i * row_h, "x": label_w, "w": round(max(plot_w * value / peak, 1), 2),
                      "h": row_h - 8, "label": str(item[label_key]),
-                     "value": f"{value:g} {unit}".strip(),
+                     "value": (hours(value) + " " + unit) if unit else f"{value:g}",
                      "color": item.get("color") or cause_color(str(item.get(color_key, "")), colors)})
     return {"w": CHART_W, "h": 12 + len(items) * row_h, "bars": bars, "label_w": label_w}
 
@@ -122,4 +129,5 @@ def render_html(report: Dict[str, Any], generated: str) -> str:
     source = resources.files("slurm_hooks").joinpath(f"data/{TEMPLATE}").read_text("utf-8")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
+    env.filters["hours"] = hours
     return env.from_string(source).render(**context(report, generated))
