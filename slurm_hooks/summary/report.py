@@ -23,12 +23,13 @@ def _share(part: float, whole: float) -> float:
 
 def over_time(tally: Tally) -> Dict[str, Any]:
     """Endings per cause per hour, or per day for long windows (ordered by time)."""
-    hours = sorted(tally.by_hour)
+    by_hour = tally.by_hour            # computed on each access: once here
+    hours = sorted(by_hour)
     bucket, width = ("hour", 13) if len(hours) <= DAY_BUCKETS_AFTER_HOURS else ("day", 10)
     rows: Dict[str, Dict[str, List[float]]] = {}
     for hour in hours:
         row = rows.setdefault(hour[:width], {})
-        for cause, (jobs, gpu_seconds, _) in tally.by_hour[hour].items():
+        for cause, (jobs, gpu_seconds, _) in by_hour[hour].items():
             cell = row.setdefault(cause, [0, 0.0])
             cell[0] += jobs
             cell[1] += gpu_seconds
