@@ -2,24 +2,33 @@
 
 Memory grows with the number of nodes, GPUs behind hardware endings, causes, Xid codes and
 hours in the window: never with the number of jobs (a month of a large cluster is a million
-rows). The loop in ``Tally.add`` is the hot path of ``slurm-gpu summary``: it touches each row's
-fields once, looks at the AdminComment only when it holds an entry of ours, and expands a
-node list through a cache.
+rows). ``Tally.add_chunk`` is the hot path of ``slurm-gpu summary``: it works a chunk of rows
+column by column, looks at an AdminComment only when it holds an entry of ours, and expands
+each distinct node list once.
 """
 from __future__ import annotations
 
+import gc
 import heapq
 import re
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from itertools import compress, islice, repeat
+from operator import add, getitem, itemgetter, mul
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .accounting import INDEX, job_name
-from .classify import HARDWARE, SIMPLE_HEAD, SOURCE_ACCOUNTING, SOURCE_HOOKS, UNFINISHED, Verdict, classify, quick_cause
+from .classify import (HARDWARE, SIMPLE_HEAD, SOURCE_ACCOUNTING, SOURCE_HOOKS, UNFINISHED, Verdict, classify,
+                       quick_cause, state_word)
 
 I_JOBID, I_USER, I_ACCOUNT, I_PARTITION = INDEX["JobID"], INDEX["User"], INDEX["Account"], INDEX["Partition"]
 I_STATE, I_START, I_END, I_ELAPSED = INDEX["State"], INDEX["Start"], INDEX["End"], INDEX["ElapsedRaw"]
 I_TRES, I_NODELIST, I_ADMIN, I_NAME = INDEX["AllocTRES"], INDEX["NodeList"], INDEX["AdminComment"], INDEX["JobName"]
 I_EXIT = INDEX["ExitCode"]
+
+_STATE, _END, _ELAPSED = itemgetter(I_STATE), itemgetter(I_END), itemgetter(I_ELAPSED)
+_TRES, _NODELIST, _ADMIN = itemgetter(I_TRES), itemgetter(I_NODELIST), itemgetter(I_ADMIN)
+_HOUR = slice(0, 13)             # "2026-11-30T14" of sacct's "2026-11-30T14:38:11"
 
 _TYPED_GPU = re.compile(r"gres/gpu:[^=,]+=(\d+)")
 _NODE_CACHE_LIMIT = 50_000
@@ -95,7 +104,44 @@ class JobView:
     nodes: Tuple[str, ...]
 
 
+class _GpuCounts(dict):
+    """AllocTRES text -> GPUs; the same few strings repeat across a month of jobs."""
+
+    def __missing__(self, tres: str) -> int:
+        if len(self) >= _NODE_CACHE_LIMIT:
+            self.clear()
+        gpus = self[tres] = gpus_of(tres)
+        return gpus
+
+
+class _StateKeys(dict):
+    """sacct State -> the tally key of a job classified from accounting alone ("|S" + first word)."""
+
+    def __missing__(self, state: str) -> str:
+        if len(self) >= _NODE_CACHE_LIMIT:
+            self.clear()
+        key = self[state] = "|" + SOURCE_KEY_ACCOUNTING + state_word(state)
+        return key
+
+
+SOURCE_KEY_HOOKS, SOURCE_KEY_ACCOUNTING = "H", "S"
+CHUNK_ROWS = 512
+
+
+def chunks(rows: Iterable[Sequence[str]], size: int = CHUNK_ROWS) -> Iterator[List[Sequence[str]]]:
+    iterator = iter(rows)
+    while True:
+        chunk = list(islice(iterator, size))
+        if not chunk:
+            return
+        yield chunk
+
+
 class Tally:
+    """Counters over accounting rows. Rows are taken a chunk at a time and worked on column by
+    column, so that most of the per-row work happens inside C loops (``map``, ``Counter``,
+    ``zip``): a month of a large cluster is an ordinary input."""
+
     def __init__(self, filters: Optional[Filters] = None,
                  on_job: Optional[Callable[[JobView], None]] = None):
         self.filters = filters or Filters()
@@ -103,11 +149,15 @@ class Tally:
         self.jobs = 0
         self.unfinished = 0
         self.filtered_out = 0
-        self.gpu_seconds = 0.0
+        self.gpu_seconds = 0
         self.hardware_jobs = 0
         self.hardware_gpu_seconds = 0.0
-        self._per_key: Dict[str, List[int]] = {}                # "hour|<H or S>cause" -> [jobs, gpu_seconds]
-        self._gpus_by_tres: Dict[str, int] = {}
+        # "YYYY-MM-DDTHH|<H or S><cause>" -> jobs, and -> GPU-seconds (H: our entry decided)
+        self._key_jobs: Counter = Counter()
+        self._key_gpu_seconds: Dict[str, int] = {}
+        # node list -> jobs, and -> elapsed seconds; expanded into ``nodes`` by _flush_nodelists
+        self._list_jobs: Counter = Counter()
+        self._list_seconds: Dict[str, int] = {}
         self.nodes: Dict[str, NodeTally] = {}
         self.gpus: Dict[Tuple[str, int], Dict[int, int]] = {}   # (node, gpu) -> xid -> endings (-1: none)
         self.xids: Dict[int, XidTally] = {}
@@ -116,124 +166,122 @@ class Tally:
         self.losses: List[Tuple[float, str, str, str, str, str]] = []   # heap of the largest hardware losses
         self.drain_events = 0
         self._node_cache: Dict[str, Tuple[str, ...]] = {}
-        self._per_nodelist: Dict[str, List[int]] = {}            # node list -> [jobs, seconds]
+        self._gpu_counts = _GpuCounts()
+        self._state_keys = _StateKeys()
 
     # -- the hot path ----------------------------------------------------------------------
     def add(self, rows: Iterable[Sequence[str]]) -> None:
+        # A chunk of rows lives long enough for the cycle collector to promote it and then walk
+        # it again and again; the pass makes no reference cycles, so the collector rests.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for chunk in chunks(rows):
+                self.add_chunk(chunk)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _select(self, rows: List[Sequence[str]]) -> List[Sequence[str]]:
+        """The rows that are endings and pass the filters on sacct's own fields."""
         f = self.filters
-        since, until = f.since, f.until
-        users, accounts, partitions, node_filter = f.users, f.accounts, f.partitions, f.nodes
-        states, causes, job_ids = f.states, f.causes, f.job_ids
-        per_key, per_nodelist, gpus_by_tres = self._per_key, self._per_nodelist, self._gpus_by_tres
-        on_job = self.on_job
-        unfinished_states = UNFINISHED
-        tag = "SGH1:"
-        simple_head, head_len, hardware_classes = SIMPLE_HEAD, len(SIMPLE_HEAD), HARDWARE
-        i_state, i_end, i_user, i_account, i_partition = I_STATE, I_END, I_USER, I_ACCOUNT, I_PARTITION
-        i_nodelist, i_admin, i_elapsed, i_tres, i_jobid = I_NODELIST, I_ADMIN, I_ELAPSED, I_TRES, I_JOBID
-        cache_limit = _NODE_CACHE_LIMIT
-        jobs = unfinished = filtered = 0
-        gpu_total = 0
-        first_end, last_end = self.first_end or "~", self.last_end
-        for row in rows:
-            state = row[i_state]
-            word = state.split(" ", 1)[0] if " " in state else state
-            if word in unfinished_states:
-                unfinished += 1
+        if not UNFINISHED.isdisjoint(map(_STATE, rows)):
+            kept = [row for row in rows if row[I_STATE] not in UNFINISHED]
+            self.unfinished += len(rows) - len(kept)
+            rows = kept
+        if not (f.since or f.until or f.users or f.accounts or f.partitions or f.states or f.job_ids or f.nodes):
+            return rows
+        since, until = f.since, f.until or "~"
+        kept = [row for row in rows
+                if since <= row[I_END] < until
+                and (not f.users or row[I_USER] in f.users)
+                and (not f.accounts or row[I_ACCOUNT] in f.accounts)
+                and (not f.partitions or row[I_PARTITION] in f.partitions)
+                and (not f.states or state_word(row[I_STATE]) in f.states)
+                and (not f.job_ids or row[0] in f.job_ids or row[I_JOBID] in f.job_ids)
+                and (not f.nodes or not f.nodes.isdisjoint(self._nodes(row[I_NODELIST])))]
+        self.filtered_out += len(rows) - len(kept)
+        return kept
+
+    def add_chunk(self, rows: List[Sequence[str]]) -> None:
+        rows = self._select(rows)
+        if not rows:
+            return
+        # Causes: a lone job-level entry of ours is read in place; other entries get the parser.
+        keys = list(map(self._state_keys.__getitem__, map(_STATE, rows)))
+        verdicts: Dict[int, Verdict] = {}
+        tag, head, head_len, hardware = "SGH1:", SIMPLE_HEAD, len(SIMPLE_HEAD), HARDWARE
+        comments = list(map(_ADMIN, rows))
+        for i in compress(range(len(rows)), comments):
+            comment = comments[i]
+            if tag not in comment:
                 continue
-            end = row[i_end]
-            if (since and end < since) or (until and end >= until) \
-                    or (users and row[i_user] not in users) \
-                    or (accounts and row[i_account] not in accounts) \
-                    or (partitions and row[i_partition] not in partitions) \
-                    or (states and word not in states) \
-                    or (job_ids and row[0] not in job_ids and row[i_jobid] not in job_ids):
-                filtered += 1
-                continue
-            nodelist = row[i_nodelist]
-            nodes = None
-            if node_filter:
-                nodes = self._nodes(nodelist)
-                if node_filter.isdisjoint(nodes):
-                    filtered += 1
+            if comment.startswith(head) and comment.endswith("}") and '"xid"' not in comment \
+                    and comment.find(tag, 5) < 0:
+                cause = comment[head_len:comment.find('"', head_len)]
+                if cause not in hardware:
+                    keys[i] = "|H" + cause
                     continue
-            comment = row[i_admin]
-            verdict = None
-            if comment and tag in comment:
-                # Inline for speed: the usual lone job-level entry written by our encoder.
-                if comment.startswith(simple_head) and comment.endswith("}") and '"xid"' not in comment \
-                        and comment.find(tag, 5) < 0:
-                    cause = comment[head_len:comment.find('"', head_len)]
-                    if cause in hardware_classes:
-                        cause = None
-                else:
-                    cause = quick_cause(comment)
-                hooks = "H"
-                if cause is None:
-                    verdict = classify(state, comment, nodes if nodes is not None else self._nodes(nodelist))
-                    cause = verdict.cause
-                    if verdict.source == SOURCE_ACCOUNTING:
-                        verdict, hooks = None, "S"
-            else:
-                cause = word
-                hooks = "S"
-            if causes and cause not in causes:
-                filtered += 1
+            cause = quick_cause(comment)
+            if cause is not None:
+                keys[i] = "|H" + cause
                 continue
-            try:
-                elapsed = int(row[i_elapsed])
-            except ValueError:
-                elapsed = 0
-            tres = row[i_tres]
-            gpus = gpus_by_tres.get(tres)
-            if gpus is None:
-                if len(gpus_by_tres) >= cache_limit:
-                    gpus_by_tres.clear()
-                gpus = gpus_by_tres[tres] = gpus_of(tres)
-            gpu_seconds = gpus * elapsed
-            jobs += 1
-            gpu_total += gpu_seconds
-            # One key per hour, source and cause ("2026-11-30T14|H|GPU_LOST"): by_hour unpacks it.
-            key = end[:13] + "|" + hooks + cause
-            cell = per_key.get(key)
-            if cell is None:
-                cell = per_key[key] = [0, 0]
-            cell[0] += 1
-            cell[1] += gpu_seconds
-            if end < first_end:
-                first_end = end
-            if end > last_end:
-                last_end = end
-            # Node-hours per node list; lists are expanded once each, in finish().
-            busy = per_nodelist.get(nodelist)
-            if busy is None:
-                if len(per_nodelist) >= cache_limit:
-                    self._flush_nodelists()
-                busy = per_nodelist[nodelist] = [0, 0]
-            busy[0] += 1
-            busy[1] += elapsed
-            if verdict is not None:
-                self._add_verdict(row, verdict, gpu_seconds)
-            if on_job is not None:
-                on_job(JobView(row, verdict or Verdict(cause=cause, source=SOURCE_HOOKS if hooks == "H" else SOURCE_ACCOUNTING),
-                               gpus, elapsed, nodes if nodes is not None else self._nodes(nodelist)))
-        self.jobs += jobs
-        self.unfinished += unfinished
-        self.filtered_out += filtered
-        self.gpu_seconds += gpu_total
-        self.first_end = "" if first_end == "~" else first_end
-        self.last_end = last_end
+            row = rows[i]
+            verdict = classify(row[I_STATE], comment, self._nodes(row[I_NODELIST]))
+            if verdict.source == SOURCE_HOOKS:
+                keys[i] = "|H" + verdict.cause
+                verdicts[i] = verdict
+        if self.filters.causes:
+            wanted = self.filters.causes
+            keep = [key[2:] in wanted for key in keys]
+            before = len(rows)
+            rows, keys = list(compress(rows, keep)), list(compress(keys, keep))
+            verdicts = {j: verdicts[i] for j, i in enumerate(compress(range(before), keep)) if i in verdicts}
+            self.filtered_out += before - len(rows)
+            if not rows:
+                return
+        ends, nodelists = list(map(_END, rows)), list(map(_NODELIST, rows))
+        try:
+            elapsed = list(map(int, map(_ELAPSED, rows)))
+        except ValueError:
+            elapsed = [int(value) if value.isdigit() else 0 for value in map(_ELAPSED, rows)]
+        gpus = list(map(self._gpu_counts.__getitem__, map(_TRES, rows)))
+        gpu_seconds = list(map(mul, gpus, elapsed))
+        keys = list(map(add, map(getitem, ends, repeat(_HOUR)), keys))
+        self._key_jobs.update(keys)
+        self._list_jobs.update(nodelists)
+        per_key, per_key_get = self._key_gpu_seconds, self._key_gpu_seconds.get
+        per_list, per_list_get = self._list_seconds, self._list_seconds.get
+        for key, seconds, nodelist, busy in zip(keys, gpu_seconds, nodelists, elapsed):
+            per_key[key] = per_key_get(key, 0) + seconds
+            per_list[nodelist] = per_list_get(nodelist, 0) + busy
+        self.jobs += len(rows)
+        self.gpu_seconds += sum(gpu_seconds)
+        first, last = min(ends), max(ends)
+        if not self.first_end or first < self.first_end:
+            self.first_end = first
+        if last > self.last_end:
+            self.last_end = last
+        if len(per_list) >= _NODE_CACHE_LIMIT:
+            self._flush_nodelists()
+        for i, verdict in verdicts.items():
+            self._add_verdict(rows[i], verdict, gpu_seconds[i])
+        if self.on_job is not None:
+            for i, row in enumerate(rows):
+                verdict = verdicts.get(i) or Verdict(
+                    cause=keys[i][15:], source=SOURCE_HOOKS if keys[i][14] == SOURCE_KEY_HOOKS else SOURCE_ACCOUNTING)
+                self.on_job(JobView(row, verdict, gpus[i], elapsed[i], self._nodes(row[I_NODELIST])))
 
     @property
     def by_hour(self) -> Dict[str, Dict[str, List[int]]]:
         """"YYYY-MM-DDTHH" -> cause -> [jobs, gpu_seconds, jobs classified from accounting alone]"""
         hours: Dict[str, Dict[str, List[int]]] = {}
-        for key, (jobs, gpu_seconds) in self._per_key.items():
+        for key, jobs in self._key_jobs.items():
             hour, _, rest = key.partition("|")
             cell = hours.setdefault(hour, {}).setdefault(rest[1:], [0, 0, 0])
             cell[0] += jobs
-            cell[1] += gpu_seconds
-            if rest[0] == "S":
+            cell[1] += self._key_gpu_seconds.get(key, 0)
+            if rest[0] == SOURCE_KEY_ACCOUNTING:
                 cell[2] += jobs
         return hours
 
@@ -263,14 +311,16 @@ class Tally:
         return nodes
 
     def _flush_nodelists(self) -> None:
-        for nodelist, (jobs, seconds) in self._per_nodelist.items():
+        for nodelist, jobs in self._list_jobs.items():
+            seconds = self._list_seconds.get(nodelist, 0)
             for node in expand_nodes(nodelist):
                 tally = self.nodes.get(node)
                 if tally is None:
                     tally = self.nodes[node] = NodeTally()
                 tally.jobs += jobs
                 tally.node_seconds += seconds
-        self._per_nodelist.clear()
+        self._list_jobs.clear()
+        self._list_seconds.clear()
 
     def finish(self) -> "Tally":
         """Fold what is still kept per node list into the per-node tallies (call before reading
