@@ -75,14 +75,14 @@ def test_each_scenario_job_has_the_cause_its_ending_gives(summary_run):
     for row in report["job_rows"]:
         causes.setdefault(row["job"], []).append(row["cause"])
     for result in jobs:
-        expect = TABLE[result["scenario"]].expect
+        scenario = TABLE[result["scenario"]]
         final = causes[result["job_id"]][-1]
         if result["role"] != "job":
             assert final == "COMPLETED"
-        elif expect.get("cause"):
-            assert expect["cause"] in final or expect["cause"] in result["admin_comment"], (result["scenario"], final)
+        elif scenario.expect_class:
+            assert final == scenario.expect_class, (result["scenario"], final)
         elif not admin_comment.parse(result["admin_comment"]):
-            assert state_matches(final, expect["state"].split(" ")[0]), (result["scenario"], final)
+            assert state_matches(final, scenario.expect["state"].split(" ")[0]), (result["scenario"], final)
 
 
 def test_gpu_hours_are_allocated_gpus_times_elapsed(summary_run):
