@@ -13,6 +13,8 @@ same file. What is in it, so a summary of it can be checked:
 * this tool's AdminComment entries (``SGH1:{...}``, the format of
   ``healthcheck.records.admin_comment``) on ``tagged`` of the jobs: a job-level entry, plus a
   node-level one naming node, GPU and Xid for hardware endings; jobstats' ``JS1:`` blob on some.
+  ``stored`` of them as sacctmgr stores them (lower case, quotes as backticks), the rest as the
+  Prolog's scontrol stores them (verbatim).
 * three "lemon" nodes (``LEMONS``) whose jobs end on hardware ten times as often as the rest.
 * job names that are data: spaces, ``|`` (sacct does not escape it), ``<script>``, unicode.
 """
@@ -78,7 +80,13 @@ def _row(values: dict) -> str:
     return "|".join(str(values[field]) for field in SACCT_FIELDS)
 
 
-def write_jobs(path: str, n: int, seed: int = 1, tagged: float = 0.7) -> int:
+def as_stored_by_sacctmgr(text: str) -> str:
+    """What ``sacctmgr ... set AdminComment=TEXT`` stores on 22.05.8 (lower case, quotes as
+    backticks): the Epilog writes through sacctmgr, so this is what sacct shows."""
+    return text.lower().replace('"', "`").replace("'", "`")
+
+
+def write_jobs(path: str, n: int, seed: int = 1, tagged: float = 0.7, stored: float = 0.9) -> int:
     """Write ``n`` jobs (plus the extra rows of requeued jobs) to ``path``; returns the rows."""
     rng = random.Random(seed)
     states = [s for s, _ in ENDINGS]
@@ -126,6 +134,8 @@ def write_jobs(path: str, n: int, seed: int = 1, tagged: float = 0.7) -> int:
             comment = " ".join(admin_comment.encode(e) for e in entries)
             if rng.random() < 0.1:
                 comment = (_jobstats(rng) + " " + comment).strip()
+            if entries and rng.random() < stored:
+                comment = as_stored_by_sacctmgr(comment)
             base = {"JobIDRaw": job, "JobID": job, "User": user, "Account": ACCOUNTS[uid % len(ACCOUNTS)],
                     "Partition": PARTITIONS[job % len(PARTITIONS)], "Submit": _iso(submit),
                     "NNodes": size, "NodeList": nodelist(first, size), "JobName": name,

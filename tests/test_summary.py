@@ -171,6 +171,33 @@ def test_the_fast_path_agrees_with_the_full_parser(comment):
     assert quick_cause(comment) == classify("COMPLETED", comment).cause
 
 
+def stored(text):
+    """AdminComment as sacctmgr stores it on 22.05.8: lower case, every quote a backtick."""
+    return text.lower().replace('"', "`").replace("'", "`")
+
+
+def test_entries_as_sacctmgr_stores_them_are_read():
+    simple = admin_comment.encode({"node": "*", "class": "OUT_OF_MEMORY", "nodes": "gpu1", "t": 1})
+    assert quick_cause(stored(simple)) == "OUT_OF_MEMORY"
+    verdict = classify("FAILED", stored(HOOKED["7"]), ("gpu1",))
+    assert (verdict.cause, verdict.source, verdict.xids) == ("GPU_LOST", SOURCE_HOOKS, (79,))
+    assert quick_cause(stored(HOOKED["7"])) is None
+    lines = with_comments({job: stored(text) for job, text in HOOKED.items()})
+    report = build(tally_of(lines), {}, [], [])
+    jobs, _ = expected_from_capture(with_comments(HOOKED), HOOKED)
+    assert {c: r["jobs"] for c, r in report["by_cause"].items()} == dict(jobs)
+    assert {x["xid"] for x in report["by_xid"]} == {79, 48, 74}
+
+
+def test_a_pipe_inside_a_stored_entry_is_put_back():
+    entry = stored(admin_comment.encode({"node": "*", "class": "FAILED", "msg": "a|b"}))
+    line = lab_lines()[6].rstrip("\n").split("|")
+    line[COL["AdminComment"]] = entry
+    line[COL["JobName"]] = "x|y"
+    rows = list(read_rows(["|".join(line) + "\n"], []))
+    assert rows[0][COL["AdminComment"]] == entry and accounting.job_name(rows[0]) == "x|y"
+
+
 @pytest.mark.parametrize("comment", [HOOKED["7"], HOOKED["10"], HOOKED["13"],
                                      admin_comment.encode({"node": "*", "class": "FAILED", "xid": 13})])
 def test_the_fast_path_leaves_hardware_and_xids_to_the_full_parser(comment):
@@ -418,12 +445,17 @@ def test_html_is_self_contained_and_escapes_job_names(tmp_path):
     assert "gpu-hooks: v1 kernel.xid gpu0 xid:79; test" in page     # drained now, with its reason
 
 
-def test_generator_is_deterministic_and_parses_cleanly(tmp_path):
+def generator():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("gen_sacct", os.path.join(os.path.dirname(__file__), "..", "bench", "gen_sacct.py"))
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
+    return gen
+
+
+def test_generator_is_deterministic_and_parses_cleanly(tmp_path):
+    gen = generator()
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     rows = gen.write_jobs(str(a), 3000, seed=7)
     gen.write_jobs(str(b), 3000, seed=7)
@@ -434,3 +466,38 @@ def test_generator_is_deterministic_and_parses_cleanly(tmp_path):
     report = build(tally, {}, [], [])
     assert report["hardware"]["jobs"] > 0 and report["by_xid"]
     assert any(cause.startswith("CANCELLED") for cause in report["by_cause"])
+
+
+# -- several processes ---------------------------------------------------------------------------------
+def test_byte_ranges_start_at_lines_and_cover_the_file(tmp_path):
+    from slurm_hooks.summary.parallel import byte_ranges
+
+    path = tmp_path / "s.txt"
+    generator().write_jobs(str(path), 500, seed=5)
+    data = path.read_bytes()
+    ranges = byte_ranges(str(path), 7)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(data) and len(ranges) == 7
+    assert all(end == start for (_, end), (start, _) in zip(ranges, ranges[1:]))
+    assert all(data[start - 1:start] == b"\n" for start, _ in ranges[1:])
+
+
+def test_several_workers_give_the_report_of_one_pass(tmp_path):
+    from slurm_hooks.summary.parallel import tally_file
+
+    path = tmp_path / "s.txt"
+    generator().write_jobs(str(path), 6000, seed=11)
+    with open(path, encoding="utf-8") as handle:
+        one = build(tally_of(handle), {}, [], [])
+    problems = []
+    many = build(tally_file(str(path), Filters(), 3, problems), {}, [], [])
+    assert problems == [] and many["jobs"] == one["jobs"] > 6000
+    assert many == one
+
+
+def test_a_foreign_header_stops_the_workers_too(tmp_path):
+    from slurm_hooks.summary.parallel import tally_file
+
+    path = tmp_path / "s.txt"
+    path.write_text("JobID|State\n" + "1|COMPLETED\n" * 1000)
+    with pytest.raises(AccountingError):
+        tally_file(str(path), Filters(), 2, [])

@@ -117,11 +117,13 @@ class JobOutput:
               help="Which table --csv prints.")
 @click.option("--jobs", "per_job", is_flag=True, help="One row per job (as a table, --csv rows, or --json \"job_rows\").")
 @click.option("--html", "html_path", metavar="FILE", help="Also write a self-contained HTML report to FILE.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Processes reading a large --input file (default: one per CPU, at most 3).")
 @click.option("--top", "top_nodes", type=click.IntRange(min=1), default=15, show_default=True,
               help="Nodes in the terminal table.")
 def summary(config_path, since_text, until_text, users, accounts, partitions, nodes, states, causes,
             job_ids, input_path, sinfo_path, events_path, print_format, as_json, as_csv, csv_table, per_job, html_path,
-            top_nodes) -> None:
+            workers, top_nodes) -> None:
     """Why jobs ended, which hardware hurt them, and which nodes keep doing it.
 
     Reads `sacct -a -D -X -P` over the window (every incarnation of a requeued job counts),
@@ -153,11 +155,11 @@ def summary(config_path, since_text, until_text, users, accounts, partitions, no
     cfg = load_config(config_path)
     _run(cfg, since, until, _values(users), _values(accounts), _values(partitions),
          _expand_nodes(_values(nodes)), _values(states), _values(causes), _values(job_ids), input_path, sinfo_path, events_path,
-         "json" if as_json else ("csv" if as_csv else "text"), csv_table, per_job, html_path, top_nodes)
+         "json" if as_json else ("csv" if as_csv else "text"), csv_table, per_job, html_path, top_nodes, workers)
 
 
 def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, job_ids, input_path, sinfo_path,
-         events_path, mode, csv_table, per_job, html_path, top_nodes) -> None:
+         events_path, mode, csv_table, per_job, html_path, top_nodes, workers=None) -> None:
     from slurm_hooks.summary import drains as drains_mod
     from slurm_hooks.summary.accounting import AccountingError, SacctStream, read_rows, sacct_arguments
     from slurm_hooks.summary.offenders import OffenderRules

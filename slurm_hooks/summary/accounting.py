@@ -58,15 +58,18 @@ def _split_free_text(rest: str, delimiter: str) -> List[str]:
     delimiter: our JSON entries are skipped over whole; the first delimiter outside them ends
     the AdminComment."""
     position = 0
+    folded = rest.lower()
+    quoted = rest.replace("`", '"')       # sacctmgr's stored form; same length, so positions hold
+    tag_text = admin_comment.TAG.lower()
     while True:
         cut = rest.find(delimiter, position)
         if cut < 0:
             return [rest, ""]
-        tag = rest.find(admin_comment.TAG, position, cut)
+        tag = folded.find(tag_text, position, cut)
         if tag < 0:
             return [rest[:cut], rest[cut + len(delimiter):]]
         try:
-            _, end = json.JSONDecoder().raw_decode(rest, tag + len(admin_comment.TAG))
+            _, end = json.JSONDecoder().raw_decode(quoted, tag + len(admin_comment.TAG))
         except ValueError:
             end = tag + len(admin_comment.TAG)
         position = max(end, tag + 1)

@@ -42,28 +42,53 @@ class Verdict:
     check: str = ""
 
 
-# The common case, decided without a JSON parser: exactly one entry of ours, job-level, with no
-# Xid (only plain string or number values). Anything else takes the full path.
-_SIMPLE_JOB_ENTRY = re.compile(
-    r'SGH1:\{"v":\d+,"node":"\*","class":"([A-Z_]+)"'
-    r'(?:,"(?!xid")[a-z_]+":(?:"[^"\\]*"|-?\d+(?:\.\d+)?|true|false|null))*\}')
+# sacctmgr, the only way to set AdminComment once a job is COMPLETING, stores it lower-cased with
+# every quote turned into a backtick (22.05.8): what sacct shows is usually that stored form.
+TAGS = (admin_comment.TAG, admin_comment.TAG.lower())
+STORED_QUOTE = "`"
 
+# The common case, decided without a JSON parser: exactly one entry of ours, job-level, with no
+# Xid (only plain string or number values), in either form. Anything else takes the full path.
+_SIMPLE_JOB_ENTRY = re.compile(
+    r'SGH1:\{(["`])v\1:\d+,\1node\1:\1\*\1,\1class\1:\1([A-Za-z_]+)\1'
+    r'(?:,\1(?!xid\1)[a-z_]+\1:(?:\1[^"`\\]*\1|-?\d+(?:\.\d+)?|true|false|null))*\}', re.IGNORECASE)
 
 HARDWARE = frozenset(HARDWARE_CLASSES)
-# How our encoder starts a job-level entry (``admin_comment.encode``: "v", then the entry's keys).
+# How our encoder starts a job-level entry (``admin_comment.encode``: "v", then the entry's
+# keys), and the same as sacctmgr stores it.
 SIMPLE_HEAD = 'SGH1:{"v":1,"node":"*","class":"'
+STORED_HEAD = SIMPLE_HEAD.lower().replace('"', STORED_QUOTE)
+
+
+def has_entry(comment: str) -> bool:
+    return TAGS[0] in comment or TAGS[1] in comment
+
+
+def _entry_count(comment: str) -> int:
+    return comment.count(TAGS[0]) + comment.count(TAGS[1])
 
 
 def quick_cause(comment: str) -> Optional[str]:
     """The cause when ``comment`` holds one simple job-level entry of a Slurm class; None
     means: use ``classify``."""
-    if comment.count(admin_comment.TAG) != 1:
+    if _entry_count(comment) != 1:
         return None
     match = _SIMPLE_JOB_ENTRY.search(comment)
     if match is None:
         return None
-    cause = match.group(1)
+    cause = match.group(2).upper()
     return None if cause in HARDWARE else cause
+
+
+def _entries(comment: str) -> List[Dict[str, Any]]:
+    """Our entries, in our encoder's form or sacctmgr's stored form (read as encoded; the
+    class upper-cased) for as long as ``records.admin_comment.parse`` reads only the former."""
+    if TAGS[1] in comment:
+        comment = comment.replace(STORED_QUOTE, '"').replace(TAGS[1], TAGS[0])
+    entries = admin_comment.parse(comment)
+    for entry in entries:
+        entry["class"] = str(entry.get("class")).upper()
+    return entries
 
 
 def state_word(state: str) -> str:
@@ -97,7 +122,7 @@ def _culprit(entry: Dict[str, Any], nodes: Tuple[str, ...]) -> Optional[Culprit]
 def classify(state: str, comment: str, nodes: Tuple[str, ...] = ()) -> Verdict:
     """The verdict for one row: ``state`` is sacct's State, ``comment`` its AdminComment,
     ``nodes`` the job's nodes (to place a job-level hardware entry on a one-node job)."""
-    entries = admin_comment.parse(comment) if comment and admin_comment.TAG in comment else []
+    entries = _entries(comment) if comment and has_entry(comment) else []
     if not entries:
         return Verdict(cause=state_word(state), source=SOURCE_ACCOUNTING)
     job_level = [e for e in entries if str(e.get("node")) == "*"]

@@ -18,8 +18,8 @@ from operator import add, getitem, itemgetter, mul
 from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .accounting import INDEX, job_name
-from .classify import (HARDWARE, SIMPLE_HEAD, SOURCE_ACCOUNTING, SOURCE_HOOKS, UNFINISHED, Verdict, classify,
-                       quick_cause, state_word)
+from .classify import (HARDWARE, SIMPLE_HEAD, SOURCE_ACCOUNTING, SOURCE_HOOKS, STORED_HEAD, TAGS, UNFINISHED,
+                       Verdict, classify, quick_cause, state_word)
 
 I_JOBID, I_USER, I_ACCOUNT, I_PARTITION = INDEX["JobID"], INDEX["User"], INDEX["Account"], INDEX["Partition"]
 I_STATE, I_START, I_END, I_ELAPSED = INDEX["State"], INDEX["Start"], INDEX["End"], INDEX["ElapsedRaw"]
@@ -102,6 +102,11 @@ class JobView:
     gpus: int
     elapsed_s: int
     nodes: Tuple[str, ...]
+
+
+def _add_counts(mine: Dict, theirs: Dict) -> None:
+    for key, count in theirs.items():
+        mine[key] = mine.get(key, 0) + count
 
 
 class _GpuCounts(dict):
@@ -210,13 +215,22 @@ class Tally:
         # Causes: a lone job-level entry of ours is read in place; other entries get the parser.
         keys = list(map(self._state_keys.__getitem__, map(_STATE, rows)))
         verdicts: Dict[int, Verdict] = {}
-        tag, head, head_len, hardware = "SGH1:", SIMPLE_HEAD, len(SIMPLE_HEAD), HARDWARE
+        tag, stored_tag, hardware = TAGS[0], TAGS[1], HARDWARE
+        head, stored_head, head_len = SIMPLE_HEAD, STORED_HEAD, len(SIMPLE_HEAD)
         comments = list(map(_ADMIN, rows))
         for i in compress(range(len(rows)), comments):
             comment = comments[i]
-            if tag not in comment:
+            if stored_tag in comment:
+                # sacctmgr's stored form, what the Epilog's entries look like in accounting
+                if comment.startswith(stored_head) and comment.endswith("}") and "`xid`" not in comment \
+                        and comment.find(stored_tag, 5) < 0 and tag not in comment:
+                    cause = comment[head_len:comment.find("`", head_len)].upper()
+                    if cause not in hardware:
+                        keys[i] = "|H" + cause
+                        continue
+            elif tag not in comment:
                 continue
-            if comment.startswith(head) and comment.endswith("}") and '"xid"' not in comment \
+            elif comment.startswith(head) and comment.endswith("}") and '"xid"' not in comment \
                     and comment.find(tag, 5) < 0:
                 cause = comment[head_len:comment.find('"', head_len)]
                 if cause not in hardware:
@@ -268,8 +282,10 @@ class Tally:
             self._add_verdict(rows[i], verdict, gpu_seconds[i])
         if self.on_job is not None:
             for i, row in enumerate(rows):
+                source_and_cause = keys[i].partition("|")[2]
                 verdict = verdicts.get(i) or Verdict(
-                    cause=keys[i][15:], source=SOURCE_HOOKS if keys[i][14] == SOURCE_KEY_HOOKS else SOURCE_ACCOUNTING)
+                    cause=source_and_cause[1:],
+                    source=SOURCE_HOOKS if source_and_cause[0] == SOURCE_KEY_HOOKS else SOURCE_ACCOUNTING)
                 self.on_job(JobView(row, verdict, gpus[i], elapsed[i], self._nodes(row[I_NODELIST])))
 
     @property
@@ -322,6 +338,45 @@ class Tally:
         self._list_jobs.clear()
         self._list_seconds.clear()
 
+    def merge(self, other: "Tally") -> "Tally":
+        """Add another tally of other rows (a worker's) into this one."""
+        other.finish()
+        self.finish()
+        for name in ("jobs", "unfinished", "filtered_out", "gpu_seconds", "hardware_jobs",
+                     "hardware_gpu_seconds", "drain_events"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self._key_jobs.update(other._key_jobs)
+        for key, seconds in other._key_gpu_seconds.items():
+            self._key_gpu_seconds[key] = self._key_gpu_seconds.get(key, 0) + seconds
+        for node, theirs in other.nodes.items():
+            mine = self.nodes.setdefault(node, NodeTally())
+            mine.jobs += theirs.jobs
+            mine.node_seconds += theirs.node_seconds
+            mine.hardware += theirs.hardware
+            mine.drains += theirs.drains
+            mine.drains_ours += theirs.drains_ours
+            _add_counts(mine.causes, theirs.causes)
+            _add_counts(mine.xids, theirs.xids)
+        for gpu, per_xid in other.gpus.items():
+            _add_counts(self.gpus.setdefault(gpu, {}), per_xid)
+        for code, theirs in other.xids.items():
+            mine = self.xids.setdefault(code, XidTally())
+            mine.jobs += theirs.jobs
+            mine.gpu_seconds += theirs.gpu_seconds
+            _add_counts(mine.nodes, theirs.nodes)
+        if other.first_end and (not self.first_end or other.first_end < self.first_end):
+            self.first_end = other.first_end
+        self.last_end = max(self.last_end, other.last_end)
+        for loss in other.losses:
+            self._keep_loss(loss)
+        return self
+
+    def _keep_loss(self, loss: Tuple[float, str, str, str, str, str]) -> None:
+        if len(self.losses) < TOP_LOSSES:
+            heapq.heappush(self.losses, loss)
+        elif loss > self.losses[0]:
+            heapq.heapreplace(self.losses, loss)
+
     def finish(self) -> "Tally":
         """Fold what is still kept per node list into the per-node tallies (call before reading
         ``nodes``; more rows may be added afterwards)."""
@@ -359,10 +414,7 @@ class Tally:
                 per_gpu[key] = per_gpu.get(key, 0) + 1
         culprit_text = ",".join(sorted(seen))
         loss = (gpu_seconds, row[I_JOBID], job_name(row), row[I_USER], culprit_text, verdict.cause)
-        if len(self.losses) < TOP_LOSSES:
-            heapq.heappush(self.losses, loss)
-        elif loss > self.losses[0]:
-            heapq.heapreplace(self.losses, loss)
+        self._keep_loss(loss)
 
     # -- node events (drains) --------------------------------------------------------------
     def add_drain(self, node: str, ours: bool) -> None:
