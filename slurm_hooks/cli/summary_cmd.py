@@ -163,6 +163,7 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     from slurm_hooks.summary import drains as drains_mod
     from slurm_hooks.summary.accounting import AccountingError, SacctStream, read_rows, sacct_arguments
     from slurm_hooks.summary.offenders import OffenderRules
+    from slurm_hooks.summary.parallel import tally_file, workers_for
     from slurm_hooks.summary.report import build
     from slurm_hooks.summary.tally import Filters, Tally
 
@@ -180,7 +181,9 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     prefix = cfg.section("drain").get("reason_prefix", "gpu-hooks:")
     backend = None
     try:
-        if input_path:
+        if input_path and not per_job and workers_for(input_path, workers) > 1:
+            tally = tally_file(input_path, filters, workers_for(input_path, workers), problems)
+        elif input_path:
             with _open_input(input_path) as handle:
                 tally.add(read_rows(handle, problems))
         else:
