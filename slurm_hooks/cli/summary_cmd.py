@@ -128,7 +128,10 @@ def summary(config_path, since_text, until_text, users, accounts, partitions, no
 
     Reads `sacct -a -D -X -P` over the window (every incarnation of a requeued job counts),
     joins each job with this tool's AdminComment entries (SGH1:...), and classifies the rest
-    from sacct's State alone (marked *). GPU-hours are allocated GPUs x elapsed time."""
+    from sacct's State alone (marked *). GPU-hours are allocated GPUs x elapsed time.
+
+    \b
+    Example: slurm-gpu summary --since 30d --html report.html"""
     from slurm_hooks.summary.accounting import SACCT_FORMAT
     from slurm_hooks.summary.drains import EVENT_FORMAT
 
