@@ -501,3 +501,48 @@ def test_a_foreign_header_stops_the_workers_too(tmp_path):
     path.write_text("JobID|State\n" + "1|COMPLETED\n" * 1000)
     with pytest.raises(AccountingError):
         tally_file(str(path), Filters(), 2, [])
+
+
+# -- sacct as the command runs it -----------------------------------------------------------------------
+def test_line_feed_puts_lines_back_together_across_chunks():
+    from slurm_hooks.summary.accounting import LineFeed
+
+    got = []
+    feed = LineFeed(got.extend)
+    text = "1\x1fé|x\n2\x1fb\n3\x1fc".encode()
+    for i in range(len(text)):                       # one byte at a time: a character split too
+        feed.feed(text[i:i + 1])
+    feed.close()
+    assert got == ["1\x1fé|x\n", "2\x1fb\n", "3\x1fc"]
+
+
+def fake_slurm(tmp_path, sacct_body):
+    """A bin_dir with a stand-in sacct (only for the command plumbing; the lab test runs the real one)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sacct = bin_dir / "sacct"
+    sacct.write_text("#!/bin/sh\n" + sacct_body)
+    sacct.chmod(0o755)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[slurm]\nbin_dir = "{bin_dir}"\n')
+    return str(config)
+
+
+def test_live_sacct_output_is_streamed_and_what_slurm_cannot_say_is_noted(tmp_path):
+    data = tmp_path / "rows"
+    data.write_text("".join(line.replace("|", "\x1f") for line in lab_lines()[1:]))
+    config = fake_slurm(tmp_path, f'cat "{data}"\n')
+    result = run("--config", config, "--since", "2026-11-01T00:00:00", "--until", "2026-12-01T00:00:00", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["jobs"] == 16 and report["source"] == "sacct"
+    assert any("nodes drained now: not known" in note for note in report["notes"])
+    assert any("drains per node: not counted" in note for note in report["notes"])
+
+
+def test_a_failing_sacct_is_one_line_and_exit_1(tmp_path):
+    config = fake_slurm(tmp_path, 'echo "sacct: error: Problem talking to the database: Connection refused" >&2\nexit 1\n')
+    result = run("--config", config, "--json")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("slurm-gpu: summary: sacct failed: "
+                                     "sacct: error: Problem talking to the database: Connection refused")

@@ -164,7 +164,10 @@ def summary(config_path, since_text, until_text, users, accounts, partitions, no
 def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, job_ids, input_path, sinfo_path,
          events_path, mode, csv_table, per_job, html_path, top_nodes, workers=None) -> None:
     from slurm_hooks.summary import drains as drains_mod
-    from slurm_hooks.summary.accounting import AccountingError, SacctStream, read_rows, sacct_arguments
+    from healthcheck import bounded
+    from healthcheck.slurm import SlurmError
+    from slurm_hooks.summary.accounting import (LIVE_DELIMITER, AccountingError, LineFeed, read_rows,
+                                                sacct_arguments)
     from slurm_hooks.summary.offenders import OffenderRules
     from slurm_hooks.summary.parallel import tally_file, workers_for
     from slurm_hooks.summary.report import build
@@ -193,17 +196,20 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
             backend = _backend(cfg)
             try:
                 sacct = backend.binary("sacct")
-            except Exception as exc:  # SlurmError: one line
+            except SlurmError as exc:
                 fail(terminal_safe(f"summary: {exc}"), EXIT_UNREADABLE)
-            stream = SacctStream([sacct] + sacct_arguments(since_iso, until_iso, users, accounts, partitions, nodes,
-                                                           job_ids),
-                                 backend.env, float(cfg.section("summary").get("sacct_timeout_s", 600)))
+            feed = LineFeed(lambda lines: tally.add(read_rows(lines, problems, LIVE_DELIMITER)))
+            argv = [sacct] + sacct_arguments(since_iso, until_iso, users, accounts, partitions, nodes, job_ids)
             try:
-                tally.add(read_rows(stream.lines(), problems))
-            except BaseException:
-                stream.abandon()
-                raise
-            stream.close()
+                code, errors = bounded.stream(argv, float(cfg.section("summary").get("sacct_timeout_s", 600)),
+                                              feed.feed, env=backend.env)
+            except bounded.CommandError as exc:
+                fail(terminal_safe(f"summary: {exc}"), EXIT_UNREADABLE)
+            feed.close()
+            if code != 0:
+                detail = [line for line in errors.decode("utf-8", "replace").splitlines() if line.strip()]
+                fail(terminal_safe(f"summary: sacct failed: {detail[-1] if detail else 'exit ' + str(code)}"),
+                     EXIT_UNREADABLE)
     except AccountingError as exc:
         fail(terminal_safe(f"summary: {exc}"), EXIT_UNREADABLE)
     except BrokenPipeError:
@@ -243,7 +249,7 @@ def _reader_went_away() -> None:
 
 
 def _backend(cfg):
-    from slurm_hooks.slurm import backend_from_config
+    from healthcheck.slurm import backend_from_config
 
     return backend_from_config(cfg)
 

@@ -13,11 +13,7 @@ AdminComment before JobName: extra pieces are glued back, our entries (JSON, whi
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import threading
-from typing import IO, Iterable, Iterator, List, Optional, Sequence
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence
 
 from healthcheck.records import admin_comment
 
@@ -138,58 +134,25 @@ def read_rows(lines: Iterable[str], problems: List[str], delimiter: Optional[str
         problems.append(f"{bad} lines in all were not rows of the expected format")
 
 
-class SacctStream:
-    """sacct run as a child whose output is read line by line (a month of a large cluster
-    never sits in memory). A watchdog kills it after ``timeout_s``; ``close`` reports how it
-    ended as an ``AccountingError``."""
+class LineFeed:
+    """sacct's output as the runner hands it over (``healthcheck.bounded.stream``: bytes in
+    chunks) -> complete lines -> ``consume``; nothing more than one chunk is held."""
 
-    def __init__(self, command: List[str], env: dict, timeout_s: float):
-        self.command = command
-        self.timeout_s = timeout_s
-        self.timed_out = False
-        try:
-            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            stdin=subprocess.DEVNULL, env=env, text=True,
-                                            errors="replace", bufsize=1 << 20)
-        except OSError as exc:
-            raise AccountingError(f"cannot run sacct: {exc.strerror}") from None
-        self._timer = threading.Timer(timeout_s, self._kill)
-        self._timer.daemon = True
-        self._timer.start()
-        self._stderr: List[str] = []
-        self._stderr_reader = threading.Thread(target=self._drain_stderr, daemon=True)
-        self._stderr_reader.start()
+    def __init__(self, consume: Callable[[List[str]], None]):
+        self.consume = consume
+        self.rest = b""
 
-    def _drain_stderr(self) -> None:
-        for line in self.process.stderr:
-            if len(self._stderr) < 20:
-                self._stderr.append(line.strip())
-
-    def _kill(self) -> None:
-        self.timed_out = True
-        try:
-            os.kill(self.process.pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-    def lines(self) -> IO[str]:
-        return self.process.stdout
-
-    def abandon(self) -> None:
-        """Stop sacct because its output is no longer wanted; nothing to report."""
-        self._kill()
-        self.process.stdout.close()
-        self.process.wait()
-        self._timer.cancel()
+    def feed(self, chunk: bytes) -> None:
+        data = self.rest + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self.rest = data
+            return
+        self.rest = data[cut + 1:]
+        # UTF-8 never puts a newline byte inside a character: cutting at one is safe.
+        self.consume(data[:cut + 1].decode("utf-8", "replace").splitlines(keepends=True))
 
     def close(self) -> None:
-        """Wait for sacct; raise when it failed or was killed."""
-        self.process.stdout.close()
-        code = self.process.wait()
-        self._timer.cancel()
-        self._stderr_reader.join(timeout=5)
-        if self.timed_out:
-            raise AccountingError(f"sacct did not finish within {self.timeout_s:g} s")
-        if code != 0:
-            detail = [line for line in self._stderr if line]
-            raise AccountingError(f"sacct failed: {detail[-1] if detail else 'exit ' + str(code)}")
+        if self.rest:
+            self.consume([self.rest.decode("utf-8", "replace")])
+            self.rest = b""
