@@ -63,9 +63,26 @@ _NVLINK5 = re.compile(rb"\s*(?P<unit>[A-Z][A-Z0-9_]{1,40})\b[^(]{0,120}"
                       rb"\((?P<intrinfo>0x[0-9a-fA-F]{1,8})\s+(?P<status>0x[0-9a-fA-F]{1,8})[\s)]")
 _SEVERITY = re.compile(rb"\s*(?P<severity>Fatal|Non-fatal|Nonfatal|Non-Fatal),\s*")
 _SXID_DETAIL = re.compile(rb"\s*(?:Severity \d+ Engine instance|Data \{)")
-# "host tag[pid]: " in a syslog prefix. Only the kernel writes Xids; anybody can write to
-# syslog with logger(1), so a line whose tag is not "kernel" is not believed.
-_SYSLOG_TAG = re.compile(rb"(?:^|\s)([^\s:\[\]]{1,64})(?:\[\d{1,10}\])?:\s")
+# Where the kernel's own message starts. The driver's lines start the message; anything else
+# that merely holds their text is not believed: a file exec'd with a NULL argv ("process 'x'
+# launched '<name>' ..."), a segfault report naming a crafted comm and file, a syslog line from
+# another program ("alice[77]: hi kernel: NVRM: ..."). So the match is anchored right after the
+# one prefix each source format writes, and that prefix must name the kernel.
+_WALL = (rb"(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})?"                  # syslog, journalctl short
+         rb"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"  # RFC 3339, short-iso
+         rb"|\d{9,11}\.\d{1,9}"                                                         # journalctl short-unix
+         rb"|\[ *\d{1,10}\.\d{1,9}\])")                                                # journalctl short-monotonic
+_BRACKET = (rb"\[(?: *\d{1,10}\.\d{1,9}"                                                 # dmesg uptime
+            rb"|(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]")      # dmesg -T
+_KERNEL_PREFIX = re.compile(
+    rb"[ \t]*"
+    rb"(?:(?:" + _WALL + rb"[ \t]+)?(?:[^\s]{1,255}[ \t]+)?kernel:[ \t]*"   # [time] [host] kernel:
+    rb"|" + _WALL + rb"[ \t]+)?"                                             # time only (dmesg --time-format)
+    rb"(?:kern *:[a-z]{1,8} *: *)?"                                           # dmesg -x: the kernel facility only
+    rb"(?:" + _BRACKET + rb"[ \t]*)?")
+# A raw /dev/kmsg record: "PRIORITY,SEQ,USEC,FLAGS;message". The priority holds the facility
+# (priority >> 3); the kernel's is 0 and userspace writing to /dev/kmsg cannot claim it.
+_KMSG_HEAD = re.compile(rb"[ \t]*(\d{1,4}),\d{1,20},\d{1,20},[^;]{0,32};")
 _NVLINK5_CODES = range(144, 151)
 _UNKNOWN = (b"<unknown>", b"'<unknown>'")
 
@@ -110,14 +127,19 @@ def _pci(raw: bytes) -> str:
     return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
 
 
-def _prefix_is_kernel(prefix: bytes) -> bool:
-    tags = _SYSLOG_TAG.findall(prefix)
-    return not tags or tags[-1] == b"kernel"
+def message_start(line: bytes) -> int:
+    """Where the kernel message starts on ``line`` (after its source format's prefix), or -1
+    when the prefix says another writer than the kernel (a /dev/kmsg record of another facility)."""
+    kmsg = _KMSG_HEAD.match(line)
+    if kmsg:
+        return kmsg.end() if int(kmsg.group(1)) >> 3 == 0 else -1
+    return _KERNEL_PREFIX.match(line).end()
 
 
 def prefix_is_kernel(prefix: bytes) -> bool:
-    """False when a syslog prefix names a writer other than the kernel (logger(1) forgeries)."""
-    return _prefix_is_kernel(prefix)
+    """True when ``prefix`` is exactly a source format's prefix naming the kernel, so that the
+    text after it is the start of a kernel message."""
+    return message_start(prefix) == len(prefix)
 
 
 def parse_line(line: bytes, clock: Optional[PrefixClock] = None
@@ -130,37 +152,22 @@ def parse_line(line: bytes, clock: Optional[PrefixClock] = None
 def parse_line_split(line: bytes, clock: Optional[PrefixClock] = None):
     """``parse_line`` plus where the kernel text starts (-1 for None): what precedes it is the
     prefix (time, host, tag), what follows is the same for every line of a flood."""
-    parsed = _parse(line, clock)
+    start = message_start(line)
+    parsed = _parse(line, start, clock) if start >= 0 else None
     if parsed is None:
         return None, -1
-    return parsed, _body_start(line)
+    return parsed, start
 
 
-def _body_start(line: bytes) -> int:
-    start = line.find(b"NVRM: ")
-    if start >= 0:
-        return start
-    start = line.find(b"SXid (")
-    match = _SXID.search(line, max(0, start - 24))
-    return match.start() if match else start
-
-
-def _parse(line: bytes, clock: Optional[PrefixClock]
+def _parse(line: bytes, start: int, clock: Optional[PrefixClock]
            ) -> Union[XidEvent, Companion, LostIntro, LostTail, None]:
-    if b"Xid (" in line:
-        start = line.find(b"NVRM: Xid (")
-        if start >= 0:
-            return _xid(line, start, clock)
-        start = line.find(b"SXid (")
-        if start >= 0:
-            return _sxid(line, start, clock)
-        return None
-    start = line.find(b"NVRM: GPU ")
-    if start < 0:
-        return _lost(line, clock)
+    if line.startswith(b"NVRM: Xid (", start):
+        return _xid(line, start, clock)
+    if line.startswith((b"NVRM: The NVIDIA GPU ", b"NVRM: fallen off the bus and is not"), start):
+        return _lost(line, start, clock)
+    if not line.startswith(b"NVRM: GPU ", start):
+        return _sxid(line, start, clock) if b"SXid (" in line[start:start + 48] else None
     prefix = line[:start]
-    if not _prefix_is_kernel(prefix):
-        return None
     companion = _COMPANION.match(line, start)
     if companion:
         uuid = companion.group("uuid").decode("ascii")
@@ -174,16 +181,10 @@ def _parse(line: bytes, clock: Optional[PrefixClock]
     return None
 
 
-def _lost(line: bytes, clock: Optional[PrefixClock]) -> Union[XidEvent, LostIntro, LostTail, None]:
-    start = line.find(b"NVRM: The NVIDIA GPU ")
-    if start < 0:
-        start = line.find(b"NVRM: fallen off the bus and is not")
-        if start < 0 or not _prefix_is_kernel(line[:start]) or not _LOST_TAIL.match(line, start):
-            return None
-        return LostTail()
+def _lost(line: bytes, start: int, clock: Optional[PrefixClock]) -> Union[XidEvent, LostIntro, LostTail, None]:
+    if not line.startswith(b"NVRM: The NVIDIA GPU ", start):
+        return LostTail() if _LOST_TAIL.match(line, start) else None
     prefix = line[:start]
-    if not _prefix_is_kernel(prefix):
-        return None
     wall, uptime = clock.parse(prefix) if clock else (None, None)
     record = _LOST_RECORD.match(line, start)
     if record:
@@ -201,8 +202,6 @@ def _xid(line: bytes, start: int, clock: Optional[PrefixClock]) -> Optional[XidE
     if not match:
         return None
     prefix = line[:start]
-    if not _prefix_is_kernel(prefix):
-        return None
     code = int(match.group("code"))
     rest = match.group("rest")
     pid, process, body = _pid_name(rest)
@@ -256,12 +255,10 @@ def _longest_comm(rest: bytes, name_start: int, name: bytes, end: int):
 
 
 def _sxid(line: bytes, start: int, clock: Optional[PrefixClock]) -> Optional[XidEvent]:
-    match = _SXID.search(line, max(0, start - 24))
-    if not match or match.start("code") < start:
+    match = _SXID.match(line, start)
+    if not match:
         return None
-    prefix = line[:match.start()]
-    if not _prefix_is_kernel(prefix):
-        return None
+    prefix = line[:start]
     rest = match.group("rest")
     event = XidEvent(kind="sxid", code=int(match.group("code")), pci=_pci(match.group("pci")), message="",
                      device=match.group("device").decode("ascii") if match.group("device") else None)
