@@ -17,6 +17,7 @@ from . import tomlio
 from .findings import ACTIONS, action_for
 from .kernellog.events import XID_ACTIONS
 from .facts import NVML_DRIVER_FACTS
+from .fsutil import name_problem
 from .schema import Field, Problem, merge, validate
 
 DEFAULT_CONFIG_PATH = "/etc/slurm-gpu-hooks/config.toml"
@@ -54,6 +55,14 @@ def _ib_port_problem(value: str) -> Optional[str]:
     hca, sep, port = value.partition(":")
     if not sep or not hca or not port.isdigit():
         return f"{value!r} is not HCA:PORT"
+    return None
+
+
+def _node_names_problem(table: Dict[str, Any]) -> Optional[str]:
+    for name in table:
+        problem = name_problem(name)
+        if problem:
+            return f"node name {name!r} {problem}"
     return None
 
 
@@ -122,7 +131,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
     },
     "sim": {
         "profile": Field(str, doc="a shipped profile's name (h100-healthy) or a profile file's path"),
-        "nodes": Field(dict, values=Field(str), doc="node name -> shipped profile name or file path"),
+        "nodes": Field(dict, values=Field(str), check=_node_names_problem,
+                       doc="node name (each becomes a directory name) -> shipped profile name or file path"),
     },
     "nodes": Field(list, item=NODE_SCHEMA),
     "thresholds": Field(dict, values=_NUMBER),

@@ -15,10 +15,36 @@ MAX_STATE_BYTES = 16 * 1024 * 1024
 CORRUPT_SUFFIX = ".corrupt"      # where a state file that does not match its schema is kept
 
 
+MAX_NAME_BYTES = 255
+
+
+def name_problem(name: object) -> Optional[str]:
+    """Why ``name`` cannot be one file or directory name under a directory we own, or None.
+
+    The one safe-name rule for every name that becomes a path component (node names, simulated
+    HCAs and their counter files, cursor readers): a single component, so never ``..``, never
+    absolute, never hidden (our own lock and temp files start with a dot), no control
+    characters (a name also ends up in logs), at most 255 bytes.
+    """
+    if not isinstance(name, str) or not name:
+        return "is empty" if isinstance(name, str) else f"is {type(name).__name__}, not a string"
+    if "/" in name:
+        return "holds a '/'"
+    if name.startswith("."):
+        return "starts with '.'"
+    if any(ord(char) < 0x20 or ord(char) == 0x7f for char in name):
+        return "holds a control character"
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        return f"is longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
 def path_component(name: str) -> str:
-    """``name`` (a node, a cursor's reader) made safe to use as one file or directory name."""
-    if not name or "/" in name or "\0" in name or name.startswith(".") or len(name) > 255:
-        raise ValueError(f"{name!r} is not a node name usable as a file name")
+    """``name`` checked by ``name_problem``; ValueError (one line) when it is not safe."""
+    problem = name_problem(name)
+    if problem:
+        shown = name if not isinstance(name, str) or len(name) <= 80 else name[:77] + "..."
+        raise ValueError(f"{shown!r} is not usable as a file name: it {problem}")
     return name
 
 

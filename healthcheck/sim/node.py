@@ -97,17 +97,20 @@ def render_sysfs(profile: Dict[str, Any], root: str) -> None:
     base = os.path.join(root, "class", "infiniband")
     ensure_dir(base)
     for port in profile["ib"]:
-        hca_dir = os.path.join(base, port["hca"])
-        port_dir = os.path.join(hca_dir, "ports", str(port["port"]))
+        # The profile schema already refuses these; checked again where they become paths.
+        hca_dir = os.path.join(base, path_component(port["hca"]))
+        port_dir = os.path.join(hca_dir, "ports", str(int(port["port"])))
         for name in ("state", "phys_state", "rate", "link_layer"):
             _put(os.path.join(port_dir, name), port[name])
         for name, value in port["counters"].items():
             # The kernel's PMA counters stop at their width's maximum, as real ones do.
             bits = IB_COUNTER_BITS.get(name)
-            _put(os.path.join(port_dir, "counters", name), value if bits is None else min(value, (1 << bits) - 1))
+            _put(os.path.join(port_dir, "counters", path_component(name)),
+                 value if bits is None else min(value, (1 << bits) - 1))
         for index, kind in port["gid_types"].items():
-            _put(os.path.join(port_dir, "gid_attrs", "types", str(index)), kind)
-            _put(os.path.join(port_dir, "gids", str(index)), "fe80:0000:0000:0000:0000:0000:0000:0001")
+            index = str(int(index))
+            _put(os.path.join(port_dir, "gid_attrs", "types", index), kind)
+            _put(os.path.join(port_dir, "gids", index), "fe80:0000:0000:0000:0000:0000:0000:0001")
         _put(os.path.join(hca_dir, "device", "numa_node"), port["numa_node"])
     wanted = {port["hca"] for port in profile["ib"]}
     for stale in set(os.listdir(base)) - wanted:

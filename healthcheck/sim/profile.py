@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import tomlio
 from ..facts import NVML_UNSUPPORTED_NAMES
+from ..fsutil import name_problem
 from ..schema import Field, Problem, merge, validate
 
 _INT0 = Field(int, minimum=0)
@@ -55,15 +56,36 @@ GPU_SCHEMA: Dict[str, Any] = {
     "not_supported": Field(list, item=Field(str, choices=NVML_UNSUPPORTED_NAMES)),
 }
 
+def _file_name_problem(name: str) -> Optional[str]:
+    problem = name_problem(name)
+    return f"{name!r} {problem}" if problem else None
+
+
+def _file_names_problem(table: Dict[str, Any]) -> Optional[str]:
+    """Counter names become file names under the rendered sysfs tree."""
+    for key in table:
+        problem = _file_name_problem(key)
+        if problem:
+            return problem
+    return None
+
+
+def _gid_indexes_problem(table: Dict[str, Any]) -> Optional[str]:
+    bad = [key for key in table if not (key.isascii() and key.isdigit() and len(key) <= 4)]
+    return f"{', '.join(repr(key) for key in bad)} is not a GID index" if bad else None
+
+
+_FILE_NAME_DOC = "a single file name: no '/', not starting with '.', no control characters"
+
 IB_SCHEMA: Dict[str, Any] = {
-    "hca": Field(str, required=True),
+    "hca": Field(str, required=True, check=_file_name_problem, doc=_FILE_NAME_DOC),
     "port": Field(int, minimum=1, required=True),
     "state": Field(str),
     "phys_state": Field(str),
     "rate": Field(str),
     "link_layer": Field(str, choices=("InfiniBand", "Ethernet")),
-    "counters": Field(dict, values=Field(int)),
-    "gid_types": Field(dict, values=Field(str)),
+    "counters": Field(dict, values=Field(int), check=_file_names_problem, doc=_FILE_NAME_DOC),
+    "gid_types": Field(dict, values=Field(str), check=_gid_indexes_problem, doc="GID indexes 0-9999"),
     "numa_node": Field(int),
 }
 
