@@ -209,8 +209,15 @@ def read_document(path: str) -> Dict[str, Any]:
         raise ConfigError(path, [("(file)", "cannot be read (permission denied)", "a readable TOML file")]) from None
     except IsADirectoryError:
         raise ConfigError(path, [("(file)", "is a directory", "a readable TOML file")]) from None
+    except tomlio.FileRefused as exc:
+        raise ConfigError(path, [("(file)", f"is {exc.strerror}",
+                                  f"a regular TOML file of at most {tomlio.MAX_TOML_BYTES} bytes")]) from None
     except (tomlio.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(path, [("(syntax)", str(exc), "valid TOML")]) from None
+    except (OSError, ValueError) as exc:
+        # A symlink loop, a path through a file (ENOTDIR), an over-long name, a NUL byte.
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(path, [("(file)", f"cannot be read ({reason})", "a readable TOML file")]) from None
 
 
 class Config:

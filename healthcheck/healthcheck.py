@@ -11,6 +11,12 @@ from typing import Optional, Sequence
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .hookenv import run_hook
+
+    return run_hook("healthcheck", lambda: _run(argv))
+
+
+def _run(argv: Optional[Sequence[str]]) -> int:
     from .config import node_name
     from .hookenv import journal, load_config_or_none
 

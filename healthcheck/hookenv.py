@@ -1,11 +1,45 @@
-"""What every hook does first: load config without ever failing the node over it."""
+"""What every hook shares: an entry that never fails the node over the tool's own faults, and
+loading config without ever failing the node over it."""
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from .config import Config, ConfigError
+
+
+def run_hook(hook: str, body: Callable[[], int]) -> int:
+    """Run a hook's body and return its exit status; whatever it raises is the tool being broken.
+
+    Every hook's ``main`` goes through here: a bug, a config the hook cannot use (a path with a
+    NUL byte, TOML nested past the parser's recursion limit), a missing driver function, memory
+    running out: one line on stderr (slurmd logs it) and exit 0, so the node is not drained and
+    the job not failed over it (fail open). Only ``SystemExit``, a hook deciding its own status,
+    passes through.
+    """
+    try:
+        return body()
+    except SystemExit:
+        raise
+    except BaseException as exc:       # noqa: B036 - fail open is the policy, whatever went wrong
+        try:
+            detail = " ".join(str(exc).split())[:300]
+            where = _innermost_frame(exc)
+            print(f"slurm-gpu-{hook}: internal error, doing nothing (fail open): "
+                  f"{type(exc).__name__}: {detail}{where}", file=sys.stderr)
+        except BaseException:           # noqa: B036 - even the message must not fail the hook
+            pass
+        return 0
+
+
+def _innermost_frame(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f" (at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
 
 
 def load_config_or_none(env: Mapping[str, str] = os.environ, hook: str = "hook") -> Optional[Config]:

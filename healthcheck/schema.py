@@ -74,6 +74,9 @@ def validate_value(value: Any, spec: Any, dotted: str) -> List[Problem]:
     if not type_ok(spec.kind, value):
         return [(dotted, f"has the wrong type ({type(value).__name__} {value!r})", allowed_text(spec))]
     problems: List[Problem] = []
+    if isinstance(value, str) and "\0" in value:
+        # No key takes one, and a path with a NUL byte makes every os call raise.
+        return [(dotted, "holds a NUL byte", allowed_text(spec))]
     if spec.choices is not None and value not in spec.choices:
         problems.append((dotted, f"{value!r} is not allowed", allowed_text(spec)))
     if spec.minimum is not None and value < spec.minimum:

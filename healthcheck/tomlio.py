@@ -1,6 +1,9 @@
 """TOML reading (tomllib on 3.11+, tomli below) and writing (tomli_w), in one place."""
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import sys
 from typing import Any, Dict
 
@@ -11,14 +14,53 @@ else:  # pragma: no cover - exercised on RHEL 9's Python 3.9
 
 TOMLDecodeError = _toml_reader.TOMLDecodeError
 
+# A config or profile is a few KiB; a FIFO, /dev/zero or a runaway file must not hang a hook or
+# fill its memory.
+MAX_TOML_BYTES = 4 * 1024 * 1024
+
+
+class FileRefused(OSError):
+    """The path is not a regular file, or is larger than MAX_TOML_BYTES; not even opened for long."""
+
 
 def loads(text: str) -> Dict[str, Any]:
-    return _toml_reader.loads(text)
+    try:
+        return _toml_reader.loads(text)
+    except RecursionError:
+        # The parser recurses per nesting level: a few hundred "[" exhaust Python's stack.
+        raise TOMLDecodeError("values nest too deeply") from None
+
+
+def read_bytes(path, limit: int = MAX_TOML_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; FileRefused for anything else
+    (a FIFO or device is opened non-blocking and refused before any read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fsdecode(path))
+            raise FileRefused(errno.EINVAL, "not a regular file", os.fsdecode(path))
+        if info.st_size > limit:
+            raise FileRefused(errno.EFBIG, f"larger than {limit} bytes", os.fsdecode(path))
+        chunks = []
+        total = 0
+        while total <= limit:
+            chunk = os.read(fd, limit + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise FileRefused(errno.EFBIG, f"larger than {limit} bytes", os.fsdecode(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def load_file(path) -> Dict[str, Any]:
-    with open(path, "rb") as handle:
-        return _toml_reader.load(handle)
+    """A TOML file (see ``read_bytes`` for what is refused); UnicodeDecodeError for bad UTF-8."""
+    return loads(read_bytes(path).decode("utf-8"))
 
 
 def dumps(doc: Dict[str, Any]) -> str:

@@ -23,6 +23,12 @@ def hook_identity(env=os.environ):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from healthcheck.hookenv import run_hook
+
+    return run_hook("epilog", lambda: _run(argv))
+
+
+def _run(argv: Optional[Sequence[str]]) -> int:
     from healthcheck.hookenv import journal, load_config_or_none
 
     config = load_config_or_none(os.environ, "epilog")

@@ -11,6 +11,12 @@ from typing import Optional, Sequence
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from healthcheck.hookenv import run_hook
+
+    return run_hook("prolog", lambda: _run(argv))
+
+
+def _run(argv: Optional[Sequence[str]]) -> int:
     from healthcheck.config import node_name
     from healthcheck.hookenv import journal, load_config_or_none
 

@@ -130,6 +130,10 @@ def load_profile(path: str, _depth: int = 0) -> Dict[str, Any]:
         raise ProfileError(path, [("(file)", "does not exist", "a simulator profile (TOML)")]) from None
     except (tomlio.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(path, [("(syntax)", str(exc), "valid TOML")]) from None
+    except (OSError, ValueError) as exc:
+        # Not a regular file, too big, a directory, a symlink loop, ENOTDIR, a NUL byte.
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ProfileError(path, [("(file)", f"cannot be read ({reason})", "a simulator profile (TOML)")]) from None
     if "base" not in doc:
         return complete(doc, path)
     if _depth > 4:
