@@ -20,7 +20,10 @@ BIN = os.path.dirname(sys.executable)
 
 
 def entry_point(name: str):
-    found = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == name]
+    scripts = metadata.entry_points()
+    # Python 3.9's entry_points() is a dict by group; 3.10+ select by keyword.
+    scripts = scripts.select(group="console_scripts") if hasattr(scripts, "select") else scripts["console_scripts"]
+    found = [ep for ep in scripts if ep.name == name]
     assert len(found) == 1, f"console script {name} is not installed once: {found}"
     return found[0].load()
 
