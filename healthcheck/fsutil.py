@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import stat
 import sys
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+import time
+from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple, Union
 
 DIR_MODE = 0o750
 FILE_MODE = 0o640
@@ -49,43 +51,176 @@ def path_component(name: str) -> str:
 
 
 def ensure_dir(path: str, mode: int = DIR_MODE) -> str:
-    """Create ``path`` (and parents) if missing; refuse a symlink in its place."""
-    os.makedirs(path, mode=mode, exist_ok=True)
-    if os.path.islink(path):
-        raise OSError(f"{path} is a symbolic link; refusing to use it")
+    """Create ``path`` (and missing parents) with exactly ``mode``, whatever the umask; refuse a
+    symbolic link or a non-directory in its place. Existing directories keep their mode (a
+    parent may be /var/lib or /tmp); the state dir itself is checked by ``ensure_state_dir``."""
+    path = os.path.abspath(path)
+    missing = []
+    probe = path
+    while not os.path.lexists(probe):
+        missing.append(probe)
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            continue            # made by a concurrent run: checked like any existing one
+        os.chmod(directory, mode)          # mkdir's mode went through the umask
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise OSError(errno.ELOOP, "is a symbolic link; refusing to use it", path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "is not a directory", path)
     return path
 
 
+_CHECKED_STATE_DIRS: Set[str] = set()
+
+
+def ensure_state_dir(state_dir: str) -> str:
+    """The state dir, created 0750 if missing; an existing one must be ours and is kept to at
+    most 0750 (a directory others can write lets them swap a state file for a FIFO or a link).
+
+    Another owner is refused (PermissionError): root's hooks must not write where another user
+    decides what the files are."""
+    path = os.path.abspath(state_dir)
+    if path in _CHECKED_STATE_DIRS:
+        return path
+    ensure_dir(path)
+    info = os.lstat(path)
+    if info.st_uid != os.geteuid():
+        raise PermissionError(errno.EPERM, f"state dir is owned by uid {info.st_uid}, not by uid "
+                              f"{os.geteuid()} which runs this; refusing to use it", path)
+    if stat.S_IMODE(info.st_mode) & ~DIR_MODE:
+        os.chmod(path, stat.S_IMODE(info.st_mode) & DIR_MODE)
+    _CHECKED_STATE_DIRS.add(path)
+    return path
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    """Every byte or an OSError: a short write (a full disk) is continued, never ignored."""
+    view = memoryview(payload)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
+
+
+def _open_new_temp(directory: str, name: str, mode: int) -> Tuple[int, str]:
+    """A temporary file beside the target under a name nobody can predict, created by us
+    (O_EXCL: a pre-placed file or link of that name is never written through)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name[:200]}.{os.urandom(8).hex()}.tmp")
+        try:
+            return os.open(tmp, flags, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", directory)
+
+
 def atomic_write(path: str, data: Union[str, bytes], mode: int = FILE_MODE) -> None:
-    """Write a whole file so readers see the old or the new content, never a mix."""
+    """Write a whole file so readers see the old or the new content, never a mix.
+
+    The new content is written in full and fsynced under a fresh temporary name, given
+    exactly ``mode``, then renamed over ``path``; on any failure (ENOSPC included) the
+    temporary file is removed, the error raised and the previous file left as it was."""
     directory = os.path.dirname(os.path.abspath(path))
     ensure_dir(directory)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    fd, tmp = _open_new_temp(directory, os.path.basename(path), mode)
     try:
-        os.write(fd, payload)
+        try:
+            os.fchmod(fd, mode)            # the umask applied to O_CREAT's mode
+            _write_all(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make the rename itself durable (best effort: some filesystems refuse)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
         os.fsync(fd)
+    except OSError:
+        pass
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+
+
+def open_state_file(path: str, flags: int, mode: int = FILE_MODE, *, ours: bool = True) -> int:
+    """Open a file of ours in the state dir: never through a link, never a FIFO or device
+    (opened non-blocking, then refused), never another user's file; a file we create or own
+    gets exactly ``mode``. ``ours=False`` lets an admin's reader open root's files."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "is not a regular file; refusing to use it", path)
+        if ours and info.st_uid != os.geteuid():
+            raise PermissionError(errno.EPERM, f"is owned by uid {info.st_uid}; refusing to use it", path)
+        if flags & (os.O_WRONLY | os.O_RDWR) and stat.S_IMODE(info.st_mode) != mode:
+            os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def append_line(path: str, line: str, mode: int = FILE_MODE) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, mode)
+    fd = open_state_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
     try:
-        os.write(fd, (line.rstrip("\n") + "\n").encode("utf-8", "surrogateescape"))
+        _write_all(fd, (line.rstrip("\n") + "\n").encode("utf-8", "surrogateescape"))
     finally:
         os.close(fd)
 
 
+# Lock holders do a short read-modify-write; 10 s is far beyond that and well inside a hook's
+# own deadline (slurmd kills a HealthCheckProgram after 60 s).
+LOCK_WAIT_S = 10.0
+
+
+class LockTimeout(OSError):
+    """Another process held the lock past the deadline."""
+
+
 @contextlib.contextmanager
-def locked(path: str) -> Iterator[None]:
-    """An exclusive advisory lock on ``path`` (created if missing) for read-modify-write."""
+def locked(path: str, timeout_s: Optional[float] = None) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (created if missing) for read-modify-write.
+
+    The wait has a deadline: a lock held by a hung or hostile process makes this raise
+    LockTimeout (an OSError) after ``timeout_s`` instead of blocking a hook forever."""
+    timeout_s = LOCK_WAIT_S if timeout_s is None else timeout_s
     ensure_dir(os.path.dirname(os.path.abspath(path)))
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+    fd = open_state_file(path, os.O_RDWR | os.O_CREAT)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + timeout_s
+        pause = 0.005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise LockTimeout(errno.ETIMEDOUT, f"lock held by another process for over {timeout_s:g} s",
+                                      path) from None
+                time.sleep(min(pause, remaining))
+                pause = min(pause * 2, 0.2)
         yield
     finally:
         os.close(fd)

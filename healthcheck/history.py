@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .fsutil import FILE_MODE, atomic_write, ensure_dir, locked, path_component, read_state_json
+from .fsutil import FILE_MODE, atomic_write, ensure_dir, ensure_state_dir, locked, path_component, read_state_json
 from .growth import Series, add_samples
 from .shapes import is_number
 
@@ -48,6 +48,7 @@ class CounterHistory:
 
     def record(self, samples: Mapping[str, Tuple[float, float]], now: float) -> None:
         """Add ``{key: (value, window_s)}`` at ``now`` (the commit of one run's samples)."""
+        ensure_state_dir(os.path.dirname(self.dir))
         ensure_dir(self.dir)
         with locked(self._lock):
             series = add_samples(self.load(), samples, now)

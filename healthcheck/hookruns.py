@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
-from .fsutil import append_line, ensure_dir, locked, path_component
+from .fsutil import append_line, ensure_dir, ensure_state_dir, locked, open_state_file, path_component
 
 JOURNAL_DIR = "hook-runs"
 ROTATED = ".1"
@@ -56,6 +56,7 @@ def record_run(state_dir: str, hook: str, node: str, job_id: Optional[str] = Non
                              "job_id": job_id, "pid": os.getpid()}
     entry.update(detail)
     path = journal_path(state_dir, node)
+    ensure_state_dir(state_dir)
     ensure_dir(os.path.dirname(path))
     rotate_if_full(path, max_bytes)
     append_line(path, json.dumps(entry, sort_keys=True))
@@ -81,10 +82,12 @@ def journal_files(state_dir: str) -> List[str]:
 def read_runs(state_dir: str) -> Iterator[Dict[str, Any]]:
     for path in journal_files(state_dir):
         try:
-            handle = open(path, encoding="utf-8", errors="replace")
+            fd = open_state_file(path, os.O_RDONLY, ours=False)
         except FileNotFoundError:
             continue  # rotated away between listing and opening
-        with handle:
+        except OSError:
+            continue  # a FIFO, device or link in its place is not a journal: never hang on it
+        with open(fd, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 try:
                     yield json.loads(line)

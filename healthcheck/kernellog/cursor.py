@@ -24,7 +24,7 @@ import json
 import os
 from typing import Any, Dict, Iterator, Optional
 
-from ..fsutil import atomic_write, ensure_dir, locked, path_component
+from ..fsutil import atomic_write, ensure_dir, ensure_state_dir, locked, path_component
 from ..fsutil import read_state_json as read_json
 from ..shapes import field_problem, is_int, is_str, optional
 from .flood import state_problem
@@ -55,7 +55,7 @@ class StateStore:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        ensure_dir(os.path.dirname(self.dir))      # makedirs gives only the leaf the mode
+        ensure_state_dir(os.path.dirname(os.path.dirname(self.dir)))
         ensure_dir(self.dir)
         with locked(os.path.join(self.dir, ".lock")):
             yield

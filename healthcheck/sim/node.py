@@ -16,13 +16,14 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .. import tomlio
 from ..facts import IB_COUNTER_BITS
-from ..fsutil import append_line, atomic_write, ensure_dir, locked, path_component
+from ..fsutil import append_line, atomic_write, ensure_dir, ensure_state_dir, locked, path_component
 from . import profile as profiles
 
 
 class SimNode:
     def __init__(self, state_dir: str, node: str, profile_path: Optional[str] = None):
         self.node = path_component(node)
+        self.state_dir = state_dir
         self.profile_path = profile_path
         self.dir = os.path.join(state_dir, "sim", node)
         self.live_path = os.path.join(self.dir, "profile.toml")
@@ -34,6 +35,7 @@ class SimNode:
     # -- lifecycle -------------------------------------------------------------------------
     def ensure(self) -> Dict[str, Any]:
         """The live profile, created from the shipped one on first use."""
+        ensure_state_dir(self.state_dir)
         if os.path.exists(self.live_path) and self._source_unchanged():
             return self.load()
         with locked(self._lock_path):
