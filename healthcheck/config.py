@@ -85,6 +85,7 @@ NODE_SCHEMA: Dict[str, Any] = {
 }
 
 _NUMBER = Field(float, minimum=0)
+_MAX_WINDOW_S = 366 * 86400.0      # a year: history and flood state span no more
 _ACTION = Field(str, choices=ACTIONS)
 
 _XID_KEY_DOC = 'an Xid code such as "13", or "sxid:20034" for an NVSwitch SXid'
@@ -114,10 +115,17 @@ def _count_problem(count: int) -> Optional[str]:
 # within window_s raise the action.
 _XID_ESCALATION: Dict[str, Any] = {
     "count": Field(int, minimum=1, required=True, check=_count_problem),
-    "window_s": Field(float, minimum=1, required=True),
+    "window_s": Field(float, minimum=1, maximum=_MAX_WINDOW_S, required=True),
     "action": Field(str, choices=XID_ACTIONS, required=True),
-    "burst_s": Field(float, minimum=0),
+    "burst_s": Field(float, minimum=0, maximum=_MAX_WINDOW_S),
 }
+
+# slurmd kills a HealthCheckProgram after 60 s; the hooks' own waits (NVML and sysfs probes,
+# the kernel log, Slurm's commands) must end well before, each and together.
+HOOK_DEADLINE_S = 60.0
+HOOK_TIMEOUT_MAX_S = 30.0
+HOOK_TIMEOUT_BUDGET_S = 50.0
+_HOOK_TIMEOUTS = (("gpu", "probe_timeout_s"), ("xid", "source_timeout_s"), ("slurm", "timeout_s"))
 
 CONFIG_SCHEMA: Dict[str, Any] = {
     "paths": {
@@ -127,7 +135,7 @@ CONFIG_SCHEMA: Dict[str, Any] = {
     },
     "gpu": {
         "backend": Field(str, choices=("nvml", "sim")),
-        "probe_timeout_s": Field(float, minimum=0.1),
+        "probe_timeout_s": Field(float, minimum=0.1, maximum=HOOK_TIMEOUT_MAX_S),
     },
     "sim": {
         "profile": Field(str, doc="a shipped profile's name (h100-healthy) or a profile file's path"),
@@ -141,12 +149,12 @@ CONFIG_SCHEMA: Dict[str, Any] = {
     "xid": {
         "actions": Field(dict, values=Field(str, choices=XID_ACTIONS), check=_xid_code_keys_problem,
                          doc=_XID_KEY_DOC),
-        "flood_window_s": _NUMBER,
+        "flood_window_s": Field(float, minimum=0, maximum=_MAX_WINDOW_S),
         "escalate": Field(dict, values=_XID_ESCALATION, check=_xid_code_keys_problem, doc=_XID_KEY_DOC),
-        "rescan_bytes": Field(int, minimum=0),
-        "source_timeout_s": Field(float, minimum=1),
-        "read_budget_bytes": Field(int, minimum=1024 * 1024),
-        "read_budget_s": Field(float, minimum=0.1),
+        "rescan_bytes": Field(int, minimum=0, maximum=1 << 30),
+        "source_timeout_s": Field(float, minimum=1, maximum=HOOK_TIMEOUT_MAX_S),
+        "read_budget_bytes": Field(int, minimum=1024 * 1024, maximum=1 << 34),
+        "read_budget_s": Field(float, minimum=0.1, maximum=HOOK_TIMEOUT_MAX_S),
     },
     "drain": {
         "enabled": Field(bool, doc="the master switch: false, and checks still run but nothing is drained or resumed"),
@@ -155,13 +163,14 @@ CONFIG_SCHEMA: Dict[str, Any] = {
     },
     "dcgm": {
         "dcgmi": Field(str),
-        "levels": Field(dict, values=Field(int, minimum=1)),
-        "timeout_s": _NUMBER,
+        "levels": Field(dict, values=Field(int, minimum=1, maximum=4)),
+        # dcgmi diag runs in the deep tier (slurm-gpu check), not in a hook: level 3 takes ~15 min.
+        "timeout_s": Field(float, minimum=0, maximum=4 * 3600.0),
     },
     "slurm": {
         "bin_dir": Field(str, doc="directory of scontrol/sacct; empty: search the usual places"),
         "conf": Field(str, doc="SLURM_CONF for Slurm commands; empty: Slurm's own default"),
-        "timeout_s": Field(float, minimum=1),
+        "timeout_s": Field(float, minimum=1, maximum=HOOK_TIMEOUT_MAX_S),
     },
     "summary": {
         "offender_min_events": Field(int, minimum=1, doc="fewest hardware endings (or drains) that can flag a node"),
@@ -308,7 +317,20 @@ def _cross_checks(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem
         if name not in TIERS:
             problems.append((f"tiers.{name}", "unknown tier", "one of " + ", ".join(TIERS)))
     problems.extend(_check_id_problems(doc, defaults))
+    problems.extend(_hook_timeout_problems(doc, defaults))
     return problems
+
+
+def _hook_timeout_problems(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem]:
+    """A hook waits on its probes, then the kernel log, then Slurm: together below its deadline."""
+    effective = merge(defaults, doc)
+    total = sum(float(effective.get(section, {}).get(key, 0)) for section, key in _HOOK_TIMEOUTS)
+    if total <= HOOK_TIMEOUT_BUDGET_S:
+        return []
+    names = " + ".join(f"{section}.{key}" for section, key in _HOOK_TIMEOUTS)
+    return [(names, f"add up to {total:g} s",
+             f"at most {HOOK_TIMEOUT_BUDGET_S:g} s together (slurmd kills a HealthCheckProgram "
+             f"after {HOOK_DEADLINE_S:g} s)")]
 
 
 def _check_id_problems(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem]:

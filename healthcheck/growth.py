@@ -11,10 +11,21 @@ older than the window go, except the newest of them (the baseline when runs are 
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 Series = List[List[float]]
 _SAMPLES_PER_WINDOW = 16
+
+
+def as_sample(value: object) -> Optional[float]:
+    """A counter reading as a finite float, or None (10**400 from a broken sysfs file or
+    profile, nan, a non-number): such a reading is not history, and never an exception."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def growth(series: Sequence[Sequence[float]], current: float, now: float,
@@ -26,7 +37,8 @@ def growth(series: Sequence[Sequence[float]], current: float, now: float,
     sample. When every sample is older than the window (sparse runs), the growth since the
     newest is pro-rated to the window rather than charged to it whole.
     """
-    if not series:
+    current = as_sample(current)       # type: ignore[assignment]
+    if not series or current is None:
         return None
     last_t, last_v = series[-1]
     if current < last_v:
@@ -65,7 +77,10 @@ def add_samples(series: Dict[str, Series], samples: Mapping[str, Tuple[float, fl
     than the longest window go."""
     windows: Dict[str, float] = {}
     for key, (value, window_s) in samples.items():
-        series[key] = append_sample(series.get(key, []), now, float(value), window_s)
+        sample = as_sample(value)
+        if sample is None:
+            continue
+        series[key] = append_sample(series.get(key, []), now, sample, window_s)
         windows[key] = window_s
     longest = max(windows.values(), default=0.0)
     for key in list(series):

@@ -7,6 +7,7 @@ first, so an admin fixes a file in one pass.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -27,6 +28,7 @@ class Field:
     kind: type
     choices: Optional[Sequence[Any]] = None
     minimum: Optional[float] = None
+    maximum: Optional[float] = None
     item: Any = None
     values: Any = None
     check: Optional[Callable[[Any], Optional[str]]] = None
@@ -48,6 +50,8 @@ def allowed_text(spec: Field) -> str:
     text = _TYPE_NAMES.get(spec.kind, spec.kind.__name__)
     if spec.minimum is not None:
         text += f" >= {spec.minimum:g}"
+    if spec.maximum is not None:
+        text += f"{',' if spec.minimum is not None else ''} <= {spec.maximum:g}"
     return text
 
 
@@ -79,8 +83,13 @@ def validate_value(value: Any, spec: Any, dotted: str) -> List[Problem]:
         return [(dotted, "holds a NUL byte", allowed_text(spec))]
     if spec.choices is not None and value not in spec.choices:
         problems.append((dotted, f"{value!r} is not allowed", allowed_text(spec)))
+    if spec.kind in (int, float) and not _finite(value):
+        # TOML has nan and inf; neither is a timeout, a window or a count.
+        return [(dotted, f"{value!r} is not a finite number", allowed_text(spec))]
     if spec.minimum is not None and value < spec.minimum:
         problems.append((dotted, f"{value!r} is below the minimum", allowed_text(spec)))
+    if spec.maximum is not None and value > spec.maximum:
+        problems.append((dotted, f"{_short(value)} is above the maximum", allowed_text(spec)))
     if spec.item is not None and isinstance(value, list):
         for index, item in enumerate(value):
             problems.extend(validate_value(item, spec.item, f"{dotted}[{index}]"))
@@ -92,6 +101,18 @@ def validate_value(value: Any, spec: Any, dotted: str) -> List[Problem]:
         if message:
             problems.append((dotted, message, spec.doc or allowed_text(spec)))
     return problems
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:           # an int beyond a float's range (10**400): finite, just huge
+        return True
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
 
 
 def merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:

@@ -12,7 +12,9 @@ from ..facts import NVML_UNSUPPORTED_NAMES
 from ..fsutil import name_problem
 from ..schema import Field, Problem, merge, validate
 
-_INT0 = Field(int, minimum=0)
+# NVML's counters are unsigned long long; a value past that is no reading a driver gives.
+COUNTER_MAX = 2 ** 64 - 1
+_INT0 = Field(int, minimum=0, maximum=COUNTER_MAX)
 
 
 def _driver_version_problem(value: str) -> Optional[str]:
@@ -84,7 +86,7 @@ IB_SCHEMA: Dict[str, Any] = {
     "phys_state": Field(str),
     "rate": Field(str),
     "link_layer": Field(str, choices=("InfiniBand", "Ethernet")),
-    "counters": Field(dict, values=Field(int), check=_file_names_problem, doc=_FILE_NAME_DOC),
+    "counters": Field(dict, values=Field(int, minimum=0, maximum=COUNTER_MAX), check=_file_names_problem, doc=_FILE_NAME_DOC),
     "gid_types": Field(dict, values=Field(str), check=_gid_indexes_problem, doc="GID indexes 0-9999"),
     "numa_node": Field(int),
 }
