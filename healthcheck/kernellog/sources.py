@@ -147,14 +147,10 @@ def read_file_all(path: str, make_scanner: Callable[[PrefixClock], LineScanner],
         clock = file_clock(fd)
         scanner = make_scanner(clock)
         if _is_gzip(fd):
-            import gzip
-
-            try:
-                with os.fdopen(os.dup(fd), "rb") as raw, gzip.GzipFile(fileobj=raw) as stream:
-                    _feed_stream(stream, scanner)
-            except (OSError, EOFError, ValueError) as exc:
+            problem = _feed_gzip(fd, scanner)
+            if problem:
                 # A truncated or corrupt .gz: what was read before the damage still counts.
-                scanner.stats.problems.append(f"{path}: damaged gzip data ({exc})")
+                scanner.stats.problems.append(f"{path}: damaged gzip data ({problem})")
         else:
             size = os.fstat(fd).st_size
             start = bisect_offset(fd, size, since - BISECT_SLACK_S, clock) if since is not None else 0
@@ -165,6 +161,41 @@ def read_file_all(path: str, make_scanner: Callable[[PrefixClock], LineScanner],
         scanner.finish()
     finally:
         os.close(fd)
+
+
+GZIP_READ = 64 * 1024
+
+
+def _feed_gzip(fd: int, scanner: LineScanner) -> Optional[str]:
+    """Decompress a gzip file (several members too) into the scanner piece by piece, so that
+    everything before a damaged or missing part is fed; returns what was wrong, or None."""
+    import zlib
+
+    decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    position = 0
+    while True:
+        raw = os.pread(fd, GZIP_READ, position)
+        if not raw:
+            break
+        position += len(raw)
+        while raw:
+            try:
+                # Small output steps: an error (a bad CRC at the end) loses at most one step.
+                scanner.feed(decoder.decompress(raw, GZIP_READ))
+            except zlib.error as exc:
+                return str(exc)
+            raw = decoder.unconsumed_tail
+            if decoder.eof:
+                raw = decoder.unused_data + raw
+                if raw.lstrip(b"\0") == b"":
+                    raw = b""               # padding after the last member
+                else:
+                    decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        scanner.feed(decoder.flush())
+    except zlib.error as exc:
+        return str(exc)
+    return None if decoder.eof else "the file ends before the end of its compressed data"
 
 
 def read_stream_all(stream: BinaryIO, make_scanner: Callable[[PrefixClock], LineScanner]) -> None:
