@@ -6,10 +6,12 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import stat
 import sys
+import tempfile
 import time
-from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 DIR_MODE = 0o750
 FILE_MODE = 0o640
@@ -301,3 +303,54 @@ def _one_line(text: str) -> str:
 
 def _is_ours(info: os.stat_result) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o002
+
+
+# -- temporary directories of one run ------------------------------------------------------------
+
+@contextlib.contextmanager
+def run_temp_dir(prefix: str, parent: Optional[str] = None) -> Iterator[str]:
+    """A private (0700) directory for one run, named ``<prefix><pid>-<random>`` and removed when
+    the run ends. A run killed with SIGKILL cannot clean up, so every run first removes the
+    directories of earlier runs whose process is gone (``clean_stale_temp_dirs``)."""
+    parent = parent or tempfile.gettempdir()
+    clean_stale_temp_dirs(prefix, parent)
+    path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def clean_stale_temp_dirs(prefix: str, parent: Optional[str] = None) -> List[str]:
+    """Remove our ``<prefix><pid>-*`` directories whose process no longer runs; returns them."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
+        if not pid_text.isdigit() or _process_alive(int(pid_text)):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True            # another user's process: alive, and not ours to judge
+    return True

@@ -58,6 +58,7 @@ class ChildProbe:
         except OSError as exc:
             self._outcome = Outcome(error=f"cannot start the probe process: {exc.strerror or exc}")
             return self
+        parent = os.getpid()
         try:
             pid = os.fork()
         except OSError as exc:
@@ -66,6 +67,7 @@ class ChildProbe:
             self._outcome = Outcome(error=f"cannot start the probe process: {exc.strerror or exc}")
             return self
         if pid == 0:  # pragma: no cover - runs in the child, which leaves through os._exit
+            _die_with_parent(parent)
             _child_main(self.target, read_fd, write_fd)
         os.close(write_fd)
         self.pid, self._read_fd = pid, read_fd
@@ -121,6 +123,24 @@ def call_with_deadline(function: Callable[[], Any], timeout_s: float) -> Outcome
 
 
 # -- child side ------------------------------------------------------------------------------
+PR_SET_PDEATHSIG = 1          # <linux/prctl.h>
+
+
+def _die_with_parent(parent: int) -> None:  # pragma: no cover - child only
+    """The kernel SIGKILLs this child when its parent dies (slurmd's SIGTERM or SIGKILL of an
+    overrunning hook, a crash), so a probe stuck in the driver never outlives the run. The
+    signal fires when the *thread* that forked exits: fork from the thread that waits."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass                     # not Linux: the parent's deadline still kills the child
+    if os.getppid() != parent:   # the parent died before prctl took effect
+        os._exit(1)
+
+
 def _child_main(target: Callable[[Emit], None], read_fd: int, write_fd: int) -> None:  # pragma: no cover
     status = 0
     try:

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import tempfile
 from typing import Iterator, Optional
 
 import click
 
 from healthcheck.config import TIERS, Config, ConfigError, node_name
 from healthcheck.findings import EXIT_CODES
+from healthcheck.fsutil import run_temp_dir
 
 from .common import config_option
 
 EXIT_COULD_NOT_CHECK = EXIT_CODES["error"]
+TEMP_PREFIX = "slurm-gpu-check-"
 
 _COUNT_WORDS = {"fail": ("failure", "failures"), "warn": ("warning", "warnings"), "error": ("error", "errors")}
 
@@ -99,7 +100,8 @@ def _sources(cfg: Config, node: str, sim_profile: Optional[str]) -> Iterator:
         return
     # No state dir of the admin's: a throwaway one, so a look at a profile leaves nothing behind
     # (and counter growth starts from a fresh baseline each time).
-    with tempfile.TemporaryDirectory(prefix="slurm-gpu-check-") as state_dir:
+    # (run_temp_dir also removes what runs killed before they could clean up left behind.)
+    with run_temp_dir(TEMP_PREFIX) as state_dir:
         yield sim_sources(node, state_dir, sim_profile)
 
 
