@@ -14,7 +14,7 @@ from typing import Dict, Iterable, Optional, Tuple
 
 from ..facts import IB_COUNTERS, IbFacts, IbPortFacts
 
-_NUMBERED = re.compile(r"\s*(\d+)\s*:\s*(.*)")
+_NUMBERED = re.compile(r"\s*(\d{1,9})\s*:\s*(.*)")     # 9 digits: more is no sysfs state
 _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 
 
