@@ -58,6 +58,13 @@ def _ib_port_problem(value: str) -> Optional[str]:
     return None
 
 
+def _reason_prefix_problem(prefix: str) -> Optional[str]:
+    """The prefix alone says a drain reason is ours; it must survive scontrol's record format."""
+    if not 1 <= len(prefix) <= 32 or "=" in prefix or not prefix.isprintable() or any(c.isspace() for c in prefix):
+        return f"{prefix!r} is not a usable reason prefix"
+    return None
+
+
 def _node_names_problem(table: Dict[str, Any]) -> Optional[str]:
     for name in table:
         problem = name_problem(name)
@@ -158,7 +165,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
     },
     "drain": {
         "enabled": Field(bool, doc="the master switch: false, and checks still run but nothing is drained or resumed"),
-        "reason_prefix": Field(str),
+        "reason_prefix": Field(str, check=_reason_prefix_problem,
+                               doc="1-32 printable characters without spaces or '=', e.g. gpu-hooks:"),
         "max_reason_len": Field(int, minimum=20),
     },
     "dcgm": {

@@ -11,7 +11,7 @@ shows it whole)::
 * ``subject`` is ``gpuN``, ``<hca>:<port>``, or ``node`` for node-wide causes.
 * ``key:value`` tokens carry the key number (``dbe:2``, ``xid:79``, ``rate:100``). No token
   holds ``=`` or spaces: ``scontrol show node -o`` splits its record at `` word=``.
-* Everything after ``; `` is for people and may be cut to fit.
+* Everything after ``; `` is for people and may be cut to fit; it holds no ``=`` (written as ``:``).
 
 A reason that starts with the prefix but does not parse is still ours (an older version wrote
 it); its cause is then unknown (``check`` None).
@@ -59,6 +59,9 @@ def format_reason(reason: DrainReason, prefix: str = DEFAULT_PREFIX, max_len: in
     head = f"{prefix} {VERSION} {_token(reason.check or 'unknown')} {_token(reason.subject)}{keys}"
     summary = " ".join(str(reason.summary).split())      # one line, no control characters
     summary = "".join(ch for ch in summary if ch.isprintable())
+    # "scontrol show node -o" starts a new field at " word=": a summary that quotes text a user
+    # chose (a process name) must not add fields (" State=IDLE") to what Slurm prints back.
+    summary = summary.replace("=", ":")
     text = f"{head}; {summary}" if summary else head
     if len(text) > max_len:
         text = text[:max(len(head), max_len - 3)].rstrip() + "..."
