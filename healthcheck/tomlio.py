@@ -19,6 +19,13 @@ TOMLDecodeError = _toml_reader.TOMLDecodeError
 MAX_TOML_BYTES = 4 * 1024 * 1024
 
 
+class NestingError(TOMLDecodeError):
+    """TOML nested past the parser's recursion limit: a syntax error like any other."""
+
+    def __init__(self, message: str):
+        ValueError.__init__(self, message)      # tomli >= 2.1 wants (msg, doc, pos); not ours to give
+
+
 class FileRefused(OSError):
     """The path is not a regular file, or is larger than MAX_TOML_BYTES; not even opened for long."""
 
@@ -28,7 +35,7 @@ def loads(text: str) -> Dict[str, Any]:
         return _toml_reader.loads(text)
     except RecursionError:
         # The parser recurses per nesting level: a few hundred "[" exhaust Python's stack.
-        raise TOMLDecodeError("values nest too deeply") from None
+        raise NestingError("values nest too deeply") from None
 
 
 def read_bytes(path, limit: int = MAX_TOML_BYTES) -> bytes:
