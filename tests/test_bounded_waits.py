@@ -89,7 +89,7 @@ def test_check_sim_cleans_up_after_a_killed_earlier_run(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", None)          # re-read TMPDIR
     stale = tmp_path / f"slurm-gpu-check-{dead_pid()}-zzz"
     stale.mkdir()
-    result = run_cli(["check", "--sim", os.path.join(ROOT, "etc", "sim", "h100-healthy.toml"), "--node", "gpu1"])
+    result = run_cli(["check", "--sim", "h100-healthy", "--node", "gpu1"])
     assert result.exit_code == 0, result.stderr
     assert not stale.exists()
     assert [name for name in os.listdir(tmp_path) if name.startswith("slurm-gpu-check-")] == []

@@ -34,11 +34,12 @@ PATHS = ["loop", "afile/x", LONG, "adir", "fifo", "/dev/zero"]
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p[:10])
 @pytest.mark.parametrize("command", [["config", "check", "{p}"], ["check", "--config", "{p}", "--node", "gpu1"],
-                                     ["check", "--sim", "{p}", "--node", "gpu1"], ["xid", "scan", "{p}"],
+                                     ["check", "--sim", "./{p}", "--node", "gpu1"], ["xid", "scan", "{p}"],
                                      ["sim", "show", "--config", "{p}", "gpu1"]], ids=" ".join)
 def test_odd_paths_give_one_line(odd_paths, monkeypatch, command, path):
     monkeypatch.chdir(odd_paths)
-    one_line_error(run_cli([part.replace("{p}", path) for part in command]))
+    one_line_error(run_cli([part.replace("./{p}", path if path.startswith("/") else "./" + path).replace("{p}", path)
+                            for part in command]))
 
 
 @pytest.mark.parametrize("state_dir", ["loop", "afile", "afile/x", LONG, "fifo"], ids=lambda p: p[:10])
