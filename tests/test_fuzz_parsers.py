@@ -24,7 +24,7 @@ from healthcheck.kernellog.timestamps import PrefixClock
 from healthcheck.probes import ib_sysfs
 from healthcheck.probes.dcgm import parse_diag
 from healthcheck.sim import profile as profiles
-from slurm_hooks.slurm.cli_backend import CliBackend, parse_scontrol_record
+from healthcheck.slurm.cli_backend import CliBackend, parse_scontrol_record
 
 FAST = settings(max_examples=100, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

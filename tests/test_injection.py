@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from healthcheck.drain_reason import DrainReason, format_reason, is_ours, parse_reason
 from healthcheck.records import admin_comment
-from slurm_hooks.slurm.cli_backend import CliBackend, parse_scontrol_record
+from healthcheck.slurm.cli_backend import CliBackend, parse_scontrol_record
 
 FAST = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
