@@ -29,7 +29,6 @@ from .conftest import run_cli
      "xid.escalate.13.burst_s"),
     ("[thresholds]\necc_correctable_max_per_window = nan\n", "thresholds.ecc_correctable_max_per_window"),
     ("[thresholds]\ntemperature_margin_c = inf\n", "thresholds.temperature_margin_c"),
-    ("[gpu]\nprobe_timeout_s = 25\n[xid]\nsource_timeout_s = 25\n", "gpu.probe_timeout_s + xid.source_timeout_s"),
 ])
 def test_config_check_rejects_numbers_no_hook_can_use(tmp_path, text, key):
     path = tmp_path / "c.toml"
