@@ -38,3 +38,17 @@ def test_class_names_are_the_contract():
     assert set(CLASSES) >= {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "REQUEUED", "NODE_FAIL",
                             "OUT_OF_MEMORY", "GPU_LOST", "GPU_XID", "GPU_ECC", "NVLINK", "INFINIBAND"}
     assert is_hardware("GPU_LOST") and not is_hardware("FAILED")
+
+
+def test_entries_survive_what_sacctmgr_does_to_the_field():
+    """Measured on 22.05.8: sacctmgr stores AdminComment lower-cased, quotes as backticks."""
+    entry = {"node": "gpu2", "class": "GPU_LOST", "gpu": 3, "xid": 79, "msg": "it's `odd` \"quoted\""}
+    stored = ac.as_stored_by_sacctmgr(ac.merge("js1:h4sabc", [entry]))
+    assert '"' not in stored and "'" not in stored and stored == stored.lower()
+    [back] = ac.parse(stored)
+    assert back["class"] == "GPU_LOST" and back["gpu"] == 3 and back["xid"] == 79
+    assert back["msg"] == "it's `odd` \"quoted\""
+    assert ac.others(stored) == "js1:h4sabc"
+    assert ac.contains(stored, {"node": "GPU2", "class": "GPU_LOST"})
+    again = ac.merge(stored, [{"node": "gpu2", "class": "GPU_ECC"}])
+    assert [e["class"] for e in ac.parse(again)] == ["GPU_ECC"]

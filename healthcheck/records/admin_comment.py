@@ -8,6 +8,11 @@ An entry is ``SGH1:`` followed by one compact JSON object (ASCII only, no newlin
 * ``node`` is the node the entry speaks for; ``"*"`` is the job-level entry (EpilogSlurmctld).
 * ``class`` is one of ``records.classes.CLASSES``; other keys are compact evidence (``gpu``,
   ``xid``, ``check``, ``exit``, ``signal``, ``msg``); the full evidence stays in the node's record.
+* ``sacctmgr`` (the only way to set it once the job is COMPLETING) stores the value lower-cased
+  with every ``"`` and ``'`` turned into a backtick (measured on 22.05.8). ``encode`` escapes
+  backticks and apostrophes inside strings, so a stored entry reads back exactly: the reader
+  finds the tag in any case, takes backticks for quotes, and upper-cases ``class``. Strings
+  (node names, messages) come back lower-cased.
 * The field is shared: other tools write there too (Princeton's jobstats writes ``JS1:<base64>``).
   ``merge`` keeps every byte that is not one of our entries, replaces our entry for the same
   ``node``, and separates entries by one space. Entries are found by parsing JSON from each
@@ -26,23 +31,29 @@ _DECODER = json.JSONDecoder()
 def encode(entry: Dict[str, Any]) -> str:
     body = {"v": VERSION}
     body.update(entry)
-    return TAG + json.dumps(body, separators=(",", ":"), ensure_ascii=True, sort_keys=False)
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=True, sort_keys=False)
+    # Only strings can hold these; escaped, a backtick in the stored text is always a quote.
+    return TAG + text.replace("`", "\\u0060").replace("'", "\\u0027")
 
 
 def _scan(text: str) -> Tuple[List[Dict[str, Any]], List[Tuple[int, int]]]:
     """Our entries in ``text`` and their (start, end) spans."""
     entries, spans = [], []
     position = 0
+    folded = text.lower()
+    quoted = text.replace("`", '"')         # sacctmgr's form; same length, so spans hold
+    tag = TAG.lower()
     while True:
-        start = text.find(TAG, position)
+        start = folded.find(tag, position)
         if start < 0:
             break
         try:
-            value, end = _DECODER.raw_decode(text, start + len(TAG))
+            value, end = _DECODER.raw_decode(quoted, start + len(TAG))
         except ValueError:
             position = start + len(TAG)
             continue
         if isinstance(value, dict) and isinstance(value.get("class"), str):
+            value["class"] = value["class"].upper()
             entries.append(value)
             spans.append((start, end))
         position = end
@@ -68,13 +79,23 @@ def others(text: Optional[str]) -> str:
 
 def merge(existing: Optional[str], new_entries: List[Dict[str, Any]]) -> str:
     """The AdminComment after adding ``new_entries``: others' text kept, ours per node replaced."""
-    replacing = {str(entry.get("node")) for entry in new_entries}
-    kept = [entry for entry in parse(existing) if str(entry.get("node")) not in replacing]
+    replacing = {_node(entry) for entry in new_entries}
+    kept = [entry for entry in parse(existing) if _node(entry) not in replacing]
     parts = [others(existing)] + [encode(entry) for entry in kept + list(new_entries)]
     return " ".join(part for part in parts if part)
 
 
 def contains(text: Optional[str], entry: Dict[str, Any]) -> bool:
     """``entry`` (by node and class) is present: a write that raced with another was kept."""
-    return any(str(e.get("node")) == str(entry.get("node")) and e.get("class") == entry.get("class")
+    return any(_node(e) == _node(entry) and e.get("class") == str(entry.get("class")).upper()
                for e in parse(text))
+
+
+def _node(entry: Dict[str, Any]) -> str:
+    return str(entry.get("node")).lower()
+
+
+def as_stored_by_sacctmgr(text: str) -> str:
+    """What ``sacctmgr ... set AdminComment=TEXT`` stores on 22.05 (lower case, quotes as backticks):
+    the writer compares against this, and tests use it as the real format."""
+    return text.lower().replace('"', "`").replace("'", "`")
