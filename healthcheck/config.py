@@ -185,6 +185,20 @@ CONFIG_SCHEMA: Dict[str, Any] = {
                                 doc="largest chance that bad luck flags any node of the fleet"),
         "sacct_timeout_s": Field(float, minimum=1, doc="how long sacct may take for the whole window"),
     },
+    "records": {
+        "accounting": Field(bool, doc="also write each classification into the job's AdminComment"),
+        "node_entries": Field(str, choices=("evidence", "always")),
+        "delivery": Field(str, choices=("background", "inline")),
+        "late_evidence_window_s": _NUMBER,
+        "write_attempts": Field(int, minimum=1),
+        "verify_delay_s": _NUMBER,
+        "verify_jitter_s": _NUMBER,
+        "deliver_max_jobs": Field(int, minimum=1),
+    },
+    "prolog": {
+        "on_tool_error": Field(str, choices=("pass", "fail")),
+        "gpu_devices": Field(str, doc="directory of the nvidiaN device files (GRES index -> NVML index)"),
+    },
 }
 
 class ConfigError(Exception):

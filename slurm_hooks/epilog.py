@@ -1,13 +1,24 @@
 """``slurm-gpu-epilog``: serves both Epilog (slurmd, per node) and EpilogSlurmctld (once
 per job, inside slurmctld), told apart by SLURM_SCRIPT_CONTEXT.
 
-EpilogSlurmctld gets no SLURMD_NODENAME; its journal entries go under "slurmctld".
+Node epilog: gather the job's evidence on this node (kernel-log events since the prolog's cursor,
+counter growth against the prolog's baseline, the GPUs' and links' health now), classify the
+ending (``healthcheck.records.classify``), write the (job, node) record, drain the node when the
+hardware is bad, and queue an AdminComment entry when this node has something to say.
+
+EpilogSlurmctld (no SLURMD_NODENAME, no GPU variables): classifies from Slurm's view alone and
+writes the job-level entry (node "*"), so every job gets a class in accounting, also a NODE_FAIL
+job whose node epilog only runs when its slurmd comes back.
+
+The epilog always exits 0: a bad node is drained with our own reason (a non-zero exit would only
+say "Epilog error"), and the tool's own problems never drain a node.
 """
 from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Sequence
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 CONTEXT_SLURMD = "epilog_slurmd"
 CONTEXT_SLURMCTLD = "epilog_slurmctld"
@@ -35,10 +46,164 @@ def _run(argv: Optional[Sequence[str]]) -> int:
     if config is None:
         return 0
     hook, node = hook_identity(os.environ)
-    journal(config, hook, node, os.environ.get("SLURM_JOB_ID"), context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
-            exit_code2=os.environ.get("SLURM_JOB_EXIT_CODE2"), result="not-implemented")
+    job_id = os.environ.get("SLURM_JOB_ID")
+    try:
+        if hook == "epilog_slurmctld":
+            result = run_epilog_slurmctld(config, os.environ)
+        else:
+            result = run_epilog(config, node, os.environ)
+    except Exception as exc:  # noqa: BLE001 - the tool being broken never fails the node
+        print(f"slurm-gpu-{hook}: internal error, job {job_id} not classified: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        journal(config, hook, node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
+                result="tool-error", error=f"{type(exc).__name__}: {exc}")
+        return 0
+    journal(config, hook, node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
+            exit_code2=os.environ.get("SLURM_JOB_EXIT_CODE2"), **result)
+    # A drain is already done with our reason; a non-zero exit would only add "Epilog error".
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+# -- shared ---------------------------------------------------------------------------------------
+
+def _slurm_view(backend, job_id: str, env: Mapping[str, str]):
+    """Slurm's view from scontrol (reliable from the epilog; sacct is racy there), else env only."""
+    from healthcheck.records.classify import SlurmView
+
+    from .slurm.backend import SlurmError
+
+    try:
+        job = backend.job(job_id)
+    except SlurmError as exc:
+        return SlurmView.from_scontrol({}, env), {}, f"scontrol: {exc}"
+    fields = job.fields if job is not None else {}
+    return SlurmView.from_scontrol(fields, env), fields, None if job else "scontrol: no such job"
+
+
+def _start_time(fields: Mapping[str, str]) -> Optional[float]:
+    text = fields.get("StartTime", "")
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def _queue_and_deliver(config, job_id: str, entry: Dict[str, Any], backend) -> str:
+    from healthcheck.records import outbox
+
+    from .delivery import deliver, deliver_in_background
+
+    outbox.enqueue(config.state_dir, job_id, entry)
+    if config.section("records")["delivery"] == "inline":
+        report = deliver(config, backend)
+        if report.error:
+            return f"queued (accounting: {report.error})"
+        return "delivered" if job_id in report.delivered else "queued"
+    deliver_in_background(config)
+    return "queued, delivering in background"
+
+
+# -- EpilogSlurmctld ------------------------------------------------------------------------------
+
+def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
+    from healthcheck.records import store
+    from healthcheck.records.classify import classify
+
+    from .delivery import backend_for
+
+    job_id = store.job_id_ok(env.get("SLURM_JOB_ID", ""))
+    backend = backend_for(config)
+    view, fields, problem = _slurm_view(backend, job_id, env)
+    result = classify(view, [])
+    now = time.time()
+    started = _start_time(fields)
+    record: Dict[str, Any] = {
+        "job_id": job_id, "node": store.JOB_LEVEL, "class": result.cls, "slurm_class": result.slurm.cls,
+        "slurm_why": result.slurm.why, "exit": result.slurm.exit, "signal": result.slurm.signal, "cause": None,
+        "evidence": [], "ended_at": now, "nodes": env.get("SLURM_JOB_NODELIST") or fields.get("NodeList"),
+        "elapsed_s": None if started is None else max(0, int(now - started)), "context": CONTEXT_SLURMCTLD,
+        "slurm": {k: fields.get(k) for k in ("JobState", "Reason", "ExitCode", "PreemptTime", "Restarts")},
+    }
+    if problem:
+        record["problem"] = problem
+    store.write_record(config.state_dir, record)
+    delivery = "off"
+    if config.section("records")["accounting"]:
+        delivery = _queue_and_deliver(config, job_id, store.entry_for(record), backend)
+    return {"result": "classified", "class": result.cls, "accounting": delivery}
+
+
+# -- the node epilog ------------------------------------------------------------------------------
+
+def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
+    from healthcheck.records import store
+    from healthcheck.records.classify import classify
+    from healthcheck.runner import run_checks
+    from healthcheck.sources import node_sources
+
+    from . import evidence as ev
+    from .delivery import backend_for
+    from .gpumap import parse_gpu_list
+
+    job_id = store.job_id_ok(env.get("SLURM_JOB_ID", ""))
+    now = time.time()
+    backend = backend_for(config)
+    view, fields, problem = _slurm_view(backend, job_id, env)
+    baseline = store.read_baseline(config.state_dir, job_id, node)
+    gres = parse_gpu_list(env.get("SLURM_JOB_GPUS"))
+    job_gpus: Optional[List[int]] = baseline.get("gpus") if baseline else gres
+    started = (baseline or {}).get("started_at") or _start_time(fields)
+
+    sources = node_sources(config, node)
+    report = run_checks(config, node, "prolog", gpus=job_gpus if job_gpus is not None else [],
+                        sources=sources, now=now)
+    items = [ev.finding_evidence(f) for f in report.findings]
+    facts = getattr(report, "facts", None)
+    gpus_facts = (baseline or {}).get("gpu_facts") or \
+        [{"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id} for g in _nvml_gpus(facts)]
+    kernel = ev.kernel_evidence(config, sources, node, job_id, baseline, job_gpus, gpus_facts, started, now)
+    items.extend(kernel["events"])
+    if baseline and baseline.get("counters") and facts is not None:
+        after = ev.counters_from_facts(getattr(facts, "nvml", None), getattr(facts, "ib", None))
+        items.extend(ev.counter_evidence(baseline["counters"], after))
+
+    result = classify(view, items)
+    record: Dict[str, Any] = {
+        "job_id": job_id, "node": node, "class": result.cls, "slurm_class": result.slurm.cls,
+        "slurm_why": result.slurm.why, "exit": result.slurm.exit, "signal": result.slurm.signal,
+        "cause": result.cause, "evidence": items, "gpus": job_gpus, "gres": gres, "ended_at": now,
+        "elapsed_s": ev.elapsed_since(started, now), "kernel_source": kernel["source"],
+        "context": CONTEXT_SLURMD, "baseline": bool(baseline),
+        "slurm": {k: fields.get(k) for k in ("JobState", "Reason", "ExitCode", "PreemptTime", "Restarts")},
+    }
+    if problem:
+        record["problem"] = problem
+    if kernel.get("error"):
+        record["kernel_error"] = kernel["error"]
+    store.write_record(config.state_dir, record)
+    store.note_ending(config.state_dir, node, job_id, now)
+
+    out: Dict[str, Any] = {"result": "classified", "class": result.cls}
+    drain = _drain_if_bad(config, backend, node, report.findings, kernel["events"])
+    if drain:
+        out["drained"] = drain
+    speaks = bool(items) if config.section("records")["node_entries"] == "evidence" else True
+    if config.section("records")["accounting"] and speaks:
+        out["accounting"] = _queue_and_deliver(config, job_id, store.entry_for(record), backend)
+    elif config.section("records")["accounting"]:
+        from .delivery import deliver_in_background
+
+        deliver_in_background(config)          # anything an earlier run left queued
+    return out
+
+
+def _nvml_gpus(facts) -> List[Any]:
+    nvml = getattr(facts, "nvml", None)
+    return list(getattr(nvml, "gpus", None) or [])
+
+
+def _drain_if_bad(config, backend, node: str, findings, events: List[Dict[str, Any]]) -> Optional[str]:
+    """Drain with our reason when a finding or a job-window Xid says so (the health check's rules)."""
+    from .drain import drain_for
+
+    return drain_for(config, backend, node, findings, events)

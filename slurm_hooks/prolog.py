@@ -1,13 +1,26 @@
-"""``slurm-gpu-prolog``: Slurm's Prolog (run by slurmd on every allocated node).
+"""``slurm-gpu-prolog``: Slurm's Prolog (run by slurmd on every allocated node, PrologFlags=Alloc).
 
-A non-zero exit drains the node and cancels or requeues the job, so it exits non-zero
-only when the node is known to be bad, never because this tool is broken.
+Runs the ``prolog`` tier once, on the node's GPUs and links; maps the job's GRES indices to NVML
+indices through the device files' minor numbers (``slurm_hooks.gpumap``) and judges the job's
+GPUs and the node-wide findings only: a fault on a GPU the job was not given does not stop the
+job (the health check deals with it). On a bad GPU or link: drain the node with our reason, then
+exit 1 so Slurm requeues, holds or cancels the job as it is configured to (a reason set before
+the non-zero exit survives; a bare exit 1 would only say "Prolog error").
+
+From the same run it records the job's baseline (GPUs, UUIDs, PCI addresses, counters, start
+time, a kernel-log cursor) for the epilog.
+
+When the tool itself is broken (a config it cannot read, a bug): exit 0 and one loud line, or
+exit 1 with ``[prolog] on_tool_error = "fail"``. A broken tool must not drain a cluster.
+
+Import path: no click, no jinja2 (the prolog runs before every job on every node).
 """
 from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Sequence
+import time
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -23,11 +36,91 @@ def _run(argv: Optional[Sequence[str]]) -> int:
     config = load_config_or_none(os.environ, "prolog")
     if config is None:
         return 0
-    journal(config, "prolog", node_name(None, os.environ), os.environ.get("SLURM_JOB_ID"),
-            context=os.environ.get("SLURM_SCRIPT_CONTEXT"), gpus=os.environ.get("SLURM_JOB_GPUS"),
-            result="not-implemented")
-    return 0
+    node = node_name(None, os.environ)
+    job_id = os.environ.get("SLURM_JOB_ID")
+    try:
+        result = run_prolog(config, node, os.environ)
+    except Exception as exc:  # noqa: BLE001 - the tool being broken is not the node being broken
+        fail = config.section("prolog")["on_tool_error"] == "fail"
+        print(f"slurm-gpu-prolog: internal error on {node}, job {job_id} "
+              f"{'stopped' if fail else 'runs unchecked'}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        journal(config, "prolog", node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
+                gpus=os.environ.get("SLURM_JOB_GPUS"), result="tool-error", error=f"{type(exc).__name__}: {exc}")
+        return 1 if fail else 0
+    journal(config, "prolog", node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
+            gpus=os.environ.get("SLURM_JOB_GPUS"), **result)
+    return 1 if result["result"] == "bad-node" else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
+    from healthcheck.records import store
+    from healthcheck.runner import run_checks
+    from healthcheck.sources import node_sources
+
+    from . import evidence as ev
+    from .gpumap import device_minors, devices_dir, gres_to_nvml, parse_gpu_list
+
+    job_id = store.job_id_ok(env.get("SLURM_JOB_ID", ""))
+    now = time.time()
+    gres = parse_gpu_list(env.get("SLURM_JOB_GPUS"))
+    sources = node_sources(config, node)
+    # All GPUs are probed (the minor numbers that map the job's GPUs come from the same run);
+    # only the job's GPUs and node-wide findings are judged.
+    report = run_checks(config, node, "prolog", gpus=None, sources=sources, now=now)
+    facts = getattr(report, "facts", None)
+    nvml_gpus = list(getattr(getattr(facts, "nvml", None), "gpus", None) or [])
+    minors = {g.index: getattr(g, "minor_number", None) for g in nvml_gpus}
+    devices = device_minors(devices_dir(config.section("prolog")["gpu_devices"], node))
+    if gres is None:
+        job_gpus, how = [], "no GPUs"
+    else:
+        job_gpus, how = gres_to_nvml(gres, devices, minors)
+    mine = set(job_gpus)
+    judged = [f for f in report.findings if f.gpu is None or f.gpu in mine]
+    bad = [f for f in judged if f.action == "drain" and f.status != "error"]
+    tool_problems = [f for f in judged if f.status == "error" and f.action != "drain"]
+    for finding in tool_problems:
+        print(f"slurm-gpu-prolog: {node}: {finding.check}: {finding.message}", file=sys.stderr)
+
+    baseline = {
+        "started_at": now, "gres": gres, "gpus": job_gpus, "mapping": how,
+        "gpu_facts": [{"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+                       "minor_number": getattr(g, "minor_number", None)} for g in nvml_gpus if g.index in mine],
+        "counters": {k: v for k, v in ev.counters_from_facts(getattr(facts, "nvml", None),
+                                                             getattr(facts, "ib", None)).items()
+                     if not (k.startswith("gpu") and k[3:].isdigit() and int(k[3:]) not in mine)},
+        "kernel_consumer": ev.place_kernel_cursor(config, sources, node, job_id),
+        "findings": [ev.finding_evidence(f) for f in judged],
+    }
+    store.write_baseline(config.state_dir, job_id, node, baseline)
+    result: Dict[str, Any] = {"result": "ok", "job_gpus": job_gpus, "mapping": how,
+                              "duration_ms": report.duration_ms}
+    if not bad:
+        _deliver_queued(config)
+        return result
+
+    from healthcheck.records.late import amend_recent_jobs
+
+    from .delivery import backend_for
+    from .drain import drain_for
+
+    items = [ev.finding_evidence(f) for f in bad]
+    result.update(result="bad-node", findings=[f"{f.check} {f.message}" for f in bad])
+    drained = drain_for(config, backend_for(config), node, bad, [])
+    if drained:
+        result["drained"] = drained
+    section = config.section("records")
+    amended = amend_recent_jobs(config.state_dir, node, items, now, float(section["late_evidence_window_s"]),
+                                queue=bool(section["accounting"]))
+    if amended:
+        result["amended_jobs"] = [r["job_id"] for r in amended]
+    _deliver_queued(config)
+    return result
+
+
+def _deliver_queued(config) -> None:
+    """Entries an earlier run could not deliver (accounting was down) go out now, detached."""
+    if config.section("records")["accounting"]:
+        from .delivery import deliver_in_background
+
+        deliver_in_background(config)

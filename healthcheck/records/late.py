@@ -1,0 +1,38 @@
+"""Late evidence: a hardware fault found on a node shortly after a job ended there amends that
+job's class (a GPU that fell off the bus as the job ended is why the job ended).
+
+``amend_recent_jobs`` is called with the evidence a later check run found (the next job's
+prolog, the health check); every job that ended on the node within ``[records]
+late_evidence_window_s`` is reclassified with that evidence added (``classify.reclassify``:
+the same precedence as the epilog), its record rewritten and its new entry queued for accounting.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List
+
+from . import outbox, store
+from .classes import is_hardware
+from .classify import reclassify
+
+
+def amend_recent_jobs(state_dir: str, node: str, evidence: Iterable[Dict[str, Any]], now: float,
+                      window_s: float, queue: bool = True) -> List[Dict[str, Any]]:
+    late = [dict(item, late=True) for item in evidence]
+    if not late:
+        return []
+    amended = []
+    for ending in store.recent_endings(state_dir, node, since=now - window_s):
+        record = store.read_record(state_dir, ending["job_id"], node)
+        if record is None or record.get("amended_at"):
+            continue
+        everything = list(record.get("evidence") or []) + late
+        cls, cause = reclassify(str(record.get("slurm_class", record.get("class"))), everything)
+        if cls == record.get("class") or not is_hardware(cls):
+            continue
+        record.update({"class": cls, "cause": cause, "evidence": everything, "amended_at": now,
+                       "amended_from": record.get("class")})
+        store.write_record(state_dir, record)
+        if queue:
+            outbox.enqueue(state_dir, record["job_id"], store.entry_for(record), now=now)
+        amended.append(record)
+    return amended

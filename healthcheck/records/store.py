@@ -1,0 +1,140 @@
+"""Per-job files in the state dir: the prolog's baseline and one record per (job, node).
+
+::
+
+    <state_dir>/jobs/<job_id>/<node>.json            the record: how the job ended on that node
+    <state_dir>/jobs/<job_id>/<node>.baseline.json   what the prolog saw (counters, cursor, GPUs)
+    <state_dir>/jobs/<job_id>/_job.json              the job-level record (EpilogSlurmctld, node "*")
+    <state_dir>/recent/<node>.json                   the last endings on a node (late evidence)
+
+Every write is atomic (``fsutil.atomic_write``: temp file + rename, O_NOFOLLOW, mode 0640), so a
+reader sees a whole record or none; a torn or foreign file reads as absent.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, List, Optional
+
+from .. import fsutil
+
+JOBS_DIR = "jobs"
+RECENT_DIR = "recent"
+JOB_LEVEL = "*"
+RECENT_KEEP = 64
+RECORD_VERSION = 1
+
+_JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$")
+
+
+def job_id_ok(job_id: str) -> str:
+    if not _JOB_ID.match(str(job_id)):
+        raise ValueError(f"{job_id!r} is not a Slurm job id")
+    return str(job_id)
+
+
+def _node_file(node: str) -> str:
+    return "_job" if node == JOB_LEVEL else fsutil.path_component(node)
+
+
+def job_dir(state_dir: str, job_id: str) -> str:
+    return os.path.join(state_dir, JOBS_DIR, job_id_ok(job_id))
+
+
+def record_path(state_dir: str, job_id: str, node: str) -> str:
+    return os.path.join(job_dir(state_dir, job_id), _node_file(node) + ".json")
+
+
+def baseline_path(state_dir: str, job_id: str, node: str) -> str:
+    return os.path.join(job_dir(state_dir, job_id), _node_file(node) + ".baseline.json")
+
+
+def _write_json(path: str, data: Dict[str, Any]) -> None:
+    import json
+
+    fsutil.ensure_dir(os.path.dirname(path))
+    fsutil.atomic_write(path, json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+def write_record(state_dir: str, record: Dict[str, Any]) -> str:
+    """Write (or replace) the record of ``record["job_id"]`` on ``record["node"]``."""
+    record = dict(record)
+    record.setdefault("v", RECORD_VERSION)
+    path = record_path(state_dir, record["job_id"], record["node"])
+    _write_json(path, record)
+    return path
+
+
+def read_record(state_dir: str, job_id: str, node: str) -> Optional[Dict[str, Any]]:
+    return fsutil.read_state_json(record_path(state_dir, job_id, node))
+
+
+def read_records(state_dir: str, job_id: str) -> List[Dict[str, Any]]:
+    """Every record of a job found in this state dir (the job-level one first)."""
+    directory = job_dir(state_dir, job_id)
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    records = []
+    for name in names:
+        if name.endswith(".json") and not name.endswith(".baseline.json") and not name.startswith("."):
+            data = fsutil.read_state_json(os.path.join(directory, name))
+            if data is not None and str(data.get("job_id")) == str(job_id):
+                records.append(data)
+    records.sort(key=lambda r: (r.get("node") != JOB_LEVEL, str(r.get("node"))))
+    return records
+
+
+def write_baseline(state_dir: str, job_id: str, node: str, baseline: Dict[str, Any]) -> str:
+    path = baseline_path(state_dir, job_id, node)
+    _write_json(path, dict(baseline, job_id=str(job_id), node=node, v=RECORD_VERSION))
+    return path
+
+
+def read_baseline(state_dir: str, job_id: str, node: str) -> Optional[Dict[str, Any]]:
+    return fsutil.read_state_json(baseline_path(state_dir, job_id, node))
+
+
+# -- recent endings per node, for late evidence ------------------------------------------------
+
+def _recent_path(state_dir: str, node: str) -> str:
+    return os.path.join(state_dir, RECENT_DIR, fsutil.path_component(node) + ".json")
+
+
+def note_ending(state_dir: str, node: str, job_id: str, ended_at: float) -> None:
+    """Remember that ``job_id`` ended on ``node`` (the last ``RECENT_KEEP`` endings)."""
+    path = _recent_path(state_dir, node)
+    with fsutil.locked(path + ".lock"):
+        data = fsutil.read_state_json(path) or {}
+        jobs = [j for j in data.get("jobs", []) if isinstance(j, dict) and j.get("job_id") != str(job_id)]
+        jobs.append({"job_id": str(job_id), "ended_at": float(ended_at)})
+        _write_json(path, {"node": node, "jobs": jobs[-RECENT_KEEP:]})
+
+
+def recent_endings(state_dir: str, node: str, since: float) -> List[Dict[str, Any]]:
+    data = fsutil.read_state_json(_recent_path(state_dir, node)) or {}
+    return [j for j in data.get("jobs", []) if isinstance(j, dict)
+            and isinstance(j.get("ended_at"), (int, float)) and j["ended_at"] >= since]
+
+
+def entry_for(record: Dict[str, Any]) -> Dict[str, Any]:
+    """The compact AdminComment entry of a record (``admin_comment`` documents the keys)."""
+    entry: Dict[str, Any] = {"node": record["node"], "class": record["class"]}
+    cause = record.get("cause") or {}
+    for key in ("gpu", "check", "port"):
+        if cause.get(key) is not None:
+            entry[key] = cause[key]
+    if cause.get("kind") == "xid":
+        entry["xid"] = cause.get("code")
+    for key in ("exit", "signal"):
+        if record.get(key):
+            entry[key] = record[key]
+    if record.get("gpus") is not None:
+        entry["gpus"] = len(record["gpus"])
+    for key in ("elapsed_s", "nodes"):
+        if record.get(key) is not None:
+            entry[key] = record[key]
+    if record.get("amended_at"):
+        entry["late"] = True
+    return entry

@@ -1,0 +1,144 @@
+"""A job's evidence on one node: what the prolog saw (the baseline), and what the epilog finds.
+
+Evidence items are plain dicts (``healthcheck.records.classify`` documents their shape), so the
+record in the state dir keeps exactly what the classification was made from.
+
+The kernel log is read per job through a cursor of its own (consumer ``<node>.job.<id>``): the
+prolog places it at the end of the log, the epilog reads what came after and removes it. A job
+without a baseline (its prolog did not run or failed open) falls back to the lines time-stamped
+inside the job's run.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any, Dict, Iterable, List, Optional
+
+from healthcheck.config import Config
+from healthcheck.findings import Finding
+
+# Counters compared between the prolog's baseline and the epilog (per GPU / per port).
+GPU_COUNTERS = ("ecc.volatile_uncorrected", "ecc.aggregate_uncorrected", "ecc.volatile_corrected",
+                "remap.uncorrectable", "remap.correctable", "remap.pending", "remap.failure")
+
+
+def job_consumer(node: str, job_id: str) -> str:
+    return f"{node}.job.{job_id}"
+
+
+def finding_evidence(finding: Finding) -> Dict[str, Any]:
+    item: Dict[str, Any] = {"kind": "finding", "check": finding.check, "status": finding.status,
+                            "action": finding.action, "message": finding.message}
+    if finding.gpu is not None:
+        item["gpu"] = finding.gpu
+    if finding.hca:
+        item["port"] = f"{finding.hca}:{finding.port}"
+    if finding.evidence.get("xid") is not None:
+        item["xid"] = finding.evidence["xid"]
+    return item
+
+
+def event_evidence(event: Any) -> Dict[str, Any]:
+    item: Dict[str, Any] = {"kind": "xid", "code": event.code, "action": event.action, "count": event.count}
+    if event.kind != "xid":
+        item["event"] = event.kind
+    for key in ("gpu", "pci", "uuid", "mnemonic", "first_seen"):
+        value = getattr(event, key, None)
+        if value is not None:
+            item[key] = value
+    return item
+
+
+# -- counters ------------------------------------------------------------------------------------
+
+def counters_from_facts(nvml: Any, ib: Any) -> Dict[str, Dict[str, int]]:
+    """{"gpu3": {"ecc.volatile_uncorrected": 0, ...}, "mlx5_0:1": {"ib.link_downed": 0, ...}}"""
+    counters: Dict[str, Dict[str, int]] = {}
+    for gpu in getattr(nvml, "gpus", None) or ():
+        values: Dict[str, int] = {}
+        for name, value in (gpu.ecc or {}).items():
+            if isinstance(value, int):
+                values[f"ecc.{name}"] = value
+        for name, value in (gpu.remapped_rows or {}).items():
+            if isinstance(value, int):
+                values[f"remap.{name}"] = value
+        for link, errors in (gpu.nvlink_errors or {}).items():
+            for name, value in errors.items():
+                if isinstance(value, int):
+                    values[f"nvlink.{name}"] = values.get(f"nvlink.{name}", 0) + value
+        if values:
+            counters[f"gpu{gpu.index}"] = values
+    for port in getattr(ib, "ports", None) or ():
+        values = {f"ib.{name}": value for name, value in (port.counters or {}).items() if isinstance(value, int)}
+        if values:
+            counters[port.name] = values
+    return counters
+
+
+def counter_evidence(before: Dict[str, Dict[str, int]], after: Dict[str, Dict[str, int]]) -> List[Dict[str, Any]]:
+    """Counters that grew between the baseline and now (a reset counter is not growth)."""
+    items = []
+    for subject, values in sorted(after.items()):
+        old = before.get(subject) or {}
+        for name, value in sorted(values.items()):
+            previous = old.get(name)
+            if isinstance(previous, int) and value > previous:
+                item: Dict[str, Any] = {"kind": "counter", "name": name, "delta": value - previous}
+                if subject.startswith("gpu") and subject[3:].isdigit():
+                    item["gpu"] = int(subject[3:])
+                else:
+                    item["port"] = subject
+                items.append(item)
+    return items
+
+
+# -- the kernel log --------------------------------------------------------------------------------
+
+def place_kernel_cursor(config: Config, sources: Any, node: str, job_id: str) -> Optional[str]:
+    """Start this job's kernel-log cursor at the end of the log (prolog). Returns the consumer
+    name, or None when the log cannot be read (the epilog then uses time stamps)."""
+    from healthcheck.kernellog.api import KernelLogError, read_new_events
+
+    consumer = job_consumer(node, job_id)
+    try:
+        read_new_events(sources.kernel_log, sources.state_dir, consumer, config=config)
+    except (KernelLogError, OSError, ValueError):
+        return None
+    return consumer
+
+
+def kernel_evidence(config: Config, sources: Any, node: str, job_id: str, baseline: Optional[Dict[str, Any]],
+                    job_gpus: Optional[Iterable[int]], gpus_facts: Iterable[Any], started_at: Optional[float],
+                    now: float) -> Dict[str, Any]:
+    """Xid/SXid events on the job's GPUs (or node-wide) during the job: {"events": [...], "source", "error"}."""
+    from healthcheck.kernellog.api import KernelLogError, events_between, read_new_events
+
+    consumer = (baseline or {}).get("kernel_consumer")
+    try:
+        if consumer:
+            events = read_new_events(sources.kernel_log, sources.state_dir, consumer, config=config,
+                                     gpus=gpus_facts, now=now).events
+            _drop_consumer(sources.state_dir, consumer)
+            how = "job cursor"
+        else:
+            events = events_between(sources.kernel_log, started_at, now, config=config, gpus=gpus_facts)
+            how = "time window"
+    except (KernelLogError, OSError, ValueError) as exc:
+        return {"events": [], "source": "error", "error": str(exc)}
+    wanted = None if job_gpus is None else set(job_gpus)
+    kept = [event_evidence(e) for e in events
+            if wanted is None or e.gpu is None or e.gpu in wanted]
+    return {"events": kept, "source": how}
+
+
+def _drop_consumer(state_dir: str, consumer: str) -> None:
+    path = os.path.join(state_dir, "kernellog", consumer)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def elapsed_since(started_at: Optional[float], now: Optional[float] = None) -> Optional[int]:
+    if started_at is None:
+        return None
+    return max(0, int((time.time() if now is None else now) - started_at))

@@ -1,0 +1,79 @@
+"""Slurm's GPU indices -> NVML's, through the device files' minor numbers.
+
+``SLURM_JOB_GPUS`` holds GRES indices: positions in Slurm's list of the node's GPU device files,
+which Slurm orders by the files' numeric suffix (``nvidia0``, ``nvidia1``, ...; gres.conf lists
+them so, and AutoDetect sorts them so). NVML numbers GPUs by PCI bus order, and the driver's
+minor numbers (``/dev/nvidiaN`` is ``c 195 N``) need not follow it. So GRES index i is the i-th
+device file, whose minor number m is the GPU for which ``nvmlDeviceGetMinorNumber`` says m.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+_DEVICE = re.compile(r"^nvidia([0-9]+)$")
+
+
+def parse_gpu_list(text: Optional[str]) -> Optional[List[int]]:
+    """"3,4" / "0-2,5" -> [3, 4] / [0, 1, 2, 5]; None when the job has no GPUs (no variable)."""
+    if text is None or not text.strip():
+        return None
+    indices: List[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        low, sep, high = part.partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            raise ValueError(f"SLURM_JOB_GPUS {text!r} is not a list of GPU indices")
+        indices.extend(range(int(low), int(high) + 1) if sep else [int(low)])
+    return indices
+
+
+def device_minors(directory: str) -> List[Tuple[str, int]]:
+    """The ``nvidiaN`` character devices in ``directory`` as (name, minor), in Slurm's order.
+    Links are not followed: a device file is what the driver (or the lab) made."""
+    found = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    for name in names:
+        match = _DEVICE.match(name)
+        if not match:
+            continue
+        try:
+            info = os.lstat(os.path.join(directory, name))
+        except OSError:
+            continue
+        if stat.S_ISCHR(info.st_mode):
+            found.append((int(match.group(1)), name, os.minor(info.st_rdev)))
+    return [(name, minor) for _, name, minor in sorted(found)]
+
+
+def gres_to_nvml(gres: Iterable[int], devices: List[Tuple[str, int]],
+                 nvml_minors: Mapping[int, Optional[int]]) -> Tuple[List[int], str]:
+    """Map GRES indices to NVML indices. ``devices`` from ``device_minors``, ``nvml_minors``
+    NVML index -> minor number. Returns (indices, how): how is "minor" when every index was
+    mapped through minor numbers, else "identity" (with why) -- then GRES index = NVML index,
+    which is right whenever the driver numbered devices in PCI order."""
+    gres = list(gres)
+    by_minor: Dict[int, int] = {minor: index for index, minor in nvml_minors.items() if minor is not None}
+    if not devices:
+        return gres, "identity (no nvidiaN device files found)"
+    if not by_minor:
+        return gres, "identity (NVML gave no minor numbers)"
+    mapped = []
+    for index in gres:
+        if index >= len(devices):
+            return gres, f"identity (GRES index {index} but only {len(devices)} device files)"
+        minor = devices[index][1]
+        if minor not in by_minor:
+            return gres, f"identity (no NVML GPU has minor number {minor})"
+        mapped.append(by_minor[minor])
+    return mapped, "minor"
+
+
+def devices_dir(template: str, node: str) -> str:
+    """``[prolog] gpu_devices`` with ``{node}`` replaced (the lab keeps one directory per node)."""
+    return template.replace("{node}", node)

@@ -1,0 +1,147 @@
+"""The prolog and epilog on a simulated node, without Slurm (its commands are absent here, so
+every accounting write stays queued and every drain is a loud line). The lab tests prove the
+same hooks inside a real Slurm."""
+import json
+import os
+import shutil
+
+import pytest
+
+from healthcheck.records import outbox, store
+from slurm_hooks import epilog, prolog
+
+from .conftest import SIM_PROFILES
+
+XID79 = "NVRM: Xid (PCI:0000:5d:00): 79, pid=1, name=python, GPU has fallen off the bus."
+
+
+@pytest.fixture
+def node(tmp_path, isolated_env):
+    shutil.copytree(SIM_PROFILES, tmp_path / "sim")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[paths]\nstate_dir = "state"\n[gpu]\nbackend = "sim"\nprobe_timeout_s = 2.0\n'
+        '[sim]\nprofile = "sim/h100-healthy.toml"\n'
+        '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n'
+        '[records]\ndelivery = "inline"\n[slurm]\nbin_dir = "/nonexistent-slurm"\n')
+    env = {"SLURM_GPU_HOOKS_CONFIG": str(config), "SLURMD_NODENAME": "gpu1", "SLURM_JOB_ID": "5",
+           "SLURM_JOB_GPUS": "2,3", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
+    for key, value in env.items():
+        isolated_env.setenv(key, value)
+    return {"config": str(config), "state": str(tmp_path / "state"), "env": isolated_env}
+
+
+def inject(node, *args):
+    from tests.conftest import run_cli
+
+    result = run_cli(["sim", "inject", "--config", node["config"], "gpu1", *args])
+    assert result.exit_code == 0, result.stderr
+
+
+def journal(node):
+    path = os.path.join(node["state"], "hook-runs", "gpu1.jsonl")
+    with open(path) as handle:
+        return [json.loads(line) for line in handle]
+
+
+def test_prolog_on_a_healthy_node_records_the_baseline_and_passes(node):
+    assert prolog.main([]) == 0
+    baseline = store.read_baseline(node["state"], "5", "gpu1")
+    assert baseline["gres"] == [2, 3] and baseline["gpus"] == [2, 3]
+    assert baseline["kernel_consumer"] == "gpu1.job.5" and baseline["started_at"] > 0
+    assert journal(node)[-1]["result"] == "ok"
+
+
+def test_prolog_stops_the_job_when_its_gpu_is_bad(node, capsys):
+    inject(node, "gpu.3.state=lost")
+    assert prolog.main([]) == 1
+    entry = journal(node)[-1]
+    assert entry["result"] == "bad-node" and any("gpu.lost" in f for f in entry["findings"])
+    # no scontrol here: the drain is one loud line naming our reason, and the job still stops
+    assert "cannot drain gpu1 (gpu-hooks: v1 gpu.lost gpu3" in capsys.readouterr().err
+
+
+def test_a_fault_on_a_gpu_the_job_was_not_given_does_not_block_it(node):
+    inject(node, "gpu.6.state=lost")
+    assert prolog.main([]) == 0
+    assert journal(node)[-1]["result"] == "ok"
+
+
+def test_prolog_fails_open_when_the_tool_breaks(node, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("healthcheck.runner.run_checks", broken)
+    assert prolog.main([]) == 0
+    assert "internal error" in capsys.readouterr().err
+    assert journal(node)[-1]["result"] == "tool-error"
+
+
+def test_prolog_can_be_told_to_fail_closed_when_the_tool_breaks(node, monkeypatch):
+    with open(node["config"], "a") as handle:
+        handle.write('[prolog]\non_tool_error = "fail"\n')
+    monkeypatch.setattr("healthcheck.runner.run_checks", lambda *a, **k: 1 / 0)
+    assert prolog.main([]) == 1
+
+
+def test_prolog_with_an_unreadable_config_does_nothing(node, capsys):
+    with open(node["config"], "a") as handle:
+        handle.write("[records]\nnode_entries = 3\n")
+    assert prolog.main([]) == 0
+    assert "config unusable" in capsys.readouterr().err
+
+
+def test_epilog_classifies_a_gpu_lost_mid_job_and_queues_its_entry(node):
+    assert prolog.main([]) == 0
+    inject(node, "gpu.3.state=lost", "--log", XID79)
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "1:0")
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "GPU_LOST" and record["slurm_class"] == "FAILED" and record["exit"] == 1
+    assert record["cause"]["gpu"] == 3
+    assert any(e["kind"] == "xid" and e["code"] == 79 for e in record["evidence"])
+    [item] = outbox.pending(node["state"])["5"]
+    assert item["entry"]["node"] == "gpu1" and item["entry"]["class"] == "GPU_LOST" and item["entry"]["gpu"] == 3
+    assert "queued" in journal(node)[-1]["accounting"]
+    # the job's kernel-log cursor is gone with the job
+    assert not os.path.exists(os.path.join(node["state"], "kernellog", "gpu1.job.5"))
+
+
+def test_an_ordinary_ending_writes_a_record_but_no_node_entry(node):
+    assert prolog.main([]) == 0
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "0:0")
+    assert epilog.main([]) == 0
+    assert store.read_record(node["state"], "5", "gpu1")["class"] == "COMPLETED"
+    assert outbox.pending(node["state"]) == {}
+
+
+def test_epilog_slurmctld_writes_the_job_level_entry(node):
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmctld")
+    node["env"].delenv("SLURMD_NODENAME")
+    node["env"].setenv("SLURM_JOB_NODELIST", "gpu[1-3]")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "3:0")
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "*")
+    assert record["class"] == "FAILED" and record["exit"] == 3 and record["nodes"] == "gpu[1-3]"
+    [item] = outbox.pending(node["state"])["5"]
+    assert item["entry"] == {"node": "*", "class": "FAILED", "exit": 3, "nodes": "gpu[1-3]"}
+
+
+def test_late_evidence_amends_the_job_that_just_ended(node):
+    assert prolog.main([]) == 0
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "1:0")
+    assert epilog.main([]) == 0
+    assert store.read_record(node["state"], "5", "gpu1")["class"] == "FAILED"
+    # the next job's prolog finds the GPU gone
+    inject(node, "gpu.3.state=lost")
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "prolog_slurmd")
+    node["env"].setenv("SLURM_JOB_ID", "6")
+    assert prolog.main([]) == 1
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "GPU_LOST" and record["amended_from"] == "FAILED"
+    assert journal(node)[-1]["amended_jobs"] == ["5"]
+    [item] = outbox.pending(node["state"])["5"]
+    assert item["entry"]["class"] == "GPU_LOST" and item["entry"]["late"] is True

@@ -1,0 +1,187 @@
+"""Records in the state dir, the delivery queue, and read-merge-write-verify against a fake
+accounting that stores what sacctmgr 22.05 stores (lower case, quotes as backticks)."""
+import os
+import random
+import stat
+import threading
+import time
+
+import pytest
+
+from healthcheck.records import admin_comment as ac
+from healthcheck.records import outbox, store
+
+JS = ac.as_stored_by_sacctmgr("JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTVWqBQBGb7chEwAAAA==")
+
+
+class FakeAccounting:
+    """One job's AdminComment as slurmdbd keeps it. ``latency`` makes every read and write take
+    time, so concurrent read-modify-write cycles really interleave."""
+
+    def __init__(self, jobs=None, latency=0.0):
+        self.comments = dict(jobs or {})
+        self.latency = latency
+        self.down = False
+        self.writes = 0
+        self.lock = threading.Lock()
+
+    def _wait(self):
+        if self.latency:
+            time.sleep(random.uniform(0, self.latency))
+
+    def get_admin_comment(self, job_id):
+        if self.down:
+            raise outbox.AccountingError("sacct: slurmdbd: Connection refused")
+        self._wait()
+        with self.lock:
+            return self.comments.get(job_id)
+
+    def set_admin_comment(self, job_id, text):
+        if self.down:
+            raise outbox.AccountingError("sacctmgr: slurmdbd: Connection refused")
+        self._wait()
+        with self.lock:
+            if job_id in self.comments:
+                self.comments[job_id] = ac.as_stored_by_sacctmgr(text)
+                self.writes += 1
+
+
+FAST = outbox.DeliverySettings(attempts=20, verify_delay_s=0.05, jitter_s=0.05, lock_wait_s=5)
+
+
+def test_record_is_written_atomically_with_a_restrictive_mode(tmp_path):
+    state = str(tmp_path)
+    path = store.write_record(state, {"job_id": "42", "node": "gpu1", "class": "FAILED"})
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    assert store.read_record(state, "42", "gpu1")["class"] == "FAILED"
+    store.write_record(state, {"job_id": "42", "node": "*", "class": "FAILED"})
+    assert [r["node"] for r in store.read_records(state, "42")] == ["*", "gpu1"]
+    assert not [n for n in os.listdir(os.path.dirname(path)) if n.startswith(".")]
+
+
+def test_record_paths_refuse_what_is_not_a_job_id_or_node(tmp_path):
+    for job in ("../etc", "12/3", "", "1;rm"):
+        with pytest.raises(ValueError):
+            store.record_path(str(tmp_path), job, "gpu1")
+    with pytest.raises(ValueError):
+        store.record_path(str(tmp_path), "12", "../gpu1")
+
+
+def test_baseline_round_trip_and_recent_endings(tmp_path):
+    state = str(tmp_path)
+    store.write_baseline(state, "7", "gpu2", {"started_at": 100.0, "gpus": [{"index": 3}]})
+    assert store.read_baseline(state, "7", "gpu2")["gpus"] == [{"index": 3}]
+    for job in range(1, 70):
+        store.note_ending(state, "gpu2", str(job), 1000.0 + job)
+    recent = store.recent_endings(state, "gpu2", since=1060.0)
+    assert [j["job_id"] for j in recent] == [str(j) for j in range(60, 70)]
+    assert len(store.recent_endings(state, "gpu2", since=0)) == store.RECENT_KEEP
+
+
+def test_one_write_keeps_jobstats_blob_and_verifies():
+    acct = FakeAccounting({"5": JS})
+    result = outbox.write_entries(acct, "5", [{"node": "*", "class": "COMPLETED"}], FAST)
+    assert result.delivered and result.writes == 1 and acct.writes == 1
+    assert ac.others(acct.comments["5"]) == JS
+    assert [e["class"] for e in ac.parse(acct.comments["5"])] == ["COMPLETED"]
+
+
+def test_delivering_again_costs_no_write():
+    acct = FakeAccounting({"5": ""})
+    outbox.write_entries(acct, "5", [{"node": "*", "class": "COMPLETED"}], FAST)
+    again = outbox.write_entries(acct, "5", [{"node": "*", "class": "COMPLETED"}], FAST)
+    assert again.delivered and again.writes == 0 and acct.writes == 1
+
+
+def test_concurrent_writers_of_one_job_lose_no_entry():
+    """Three node epilogs and EpilogSlurmctld write the same field at the same moment."""
+    for trial in range(5):
+        acct = FakeAccounting({"9": JS}, latency=0.02)
+        writers = [{"node": "*", "class": "FAILED"}] + \
+                  [{"node": f"gpu{n}", "class": "GPU_LOST" if n == 1 else "FAILED", "gpu": n} for n in (1, 2, 3)]
+        results = []
+        start = threading.Barrier(len(writers))
+
+        def write(entry):
+            start.wait()
+            results.append(outbox.write_entries(acct, "9", [entry], FAST, rng=random.Random()))
+
+        threads = [threading.Thread(target=write, args=(e,)) for e in writers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        final = acct.comments["9"]
+        assert all(r.delivered for r in results), trial
+        assert sorted(e["node"] for e in ac.parse(final)) == ["*", "gpu1", "gpu2", "gpu3"], (trial, final)
+        assert ac.others(final) == JS
+
+
+def test_without_verification_concurrent_writers_do_lose_entries():
+    """The hazard the verify step exists for: plain read-merge-write loses entries."""
+    lost = 0
+    for _ in range(5):
+        acct = FakeAccounting({"9": ""}, latency=0.02)
+        start = threading.Barrier(3)
+
+        def write(node):
+            start.wait()
+            current = acct.get_admin_comment("9")
+            acct.set_admin_comment("9", ac.merge(current, [{"node": node, "class": "FAILED"}]))
+
+        threads = [threading.Thread(target=write, args=(f"gpu{n}",)) for n in (1, 2, 3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        lost += 3 - len(ac.parse(acct.comments["9"]))
+    assert lost > 0
+
+
+def test_accounting_down_keeps_entries_queued_until_it_returns(tmp_path):
+    state = str(tmp_path)
+    acct = FakeAccounting({"11": "", "12": JS})
+    acct.down = True
+    outbox.enqueue(state, "11", {"node": "*", "class": "COMPLETED"})
+    outbox.enqueue(state, "12", {"node": "gpu1", "class": "GPU_LOST", "gpu": 3, "xid": 79})
+    report = outbox.deliver_pending(state, acct, FAST)
+    assert report.error and report.delivered == [] and len(outbox.pending(state)) == 2
+    acct.down = False
+    report = outbox.deliver_pending(state, acct, FAST)
+    assert sorted(report.delivered) == ["11", "12"] and outbox.pending(state) == {}
+    assert ac.parse(acct.comments["12"])[0]["xid"] == 79 and ac.others(acct.comments["12"]) == JS
+
+
+def test_job_not_yet_in_accounting_stays_queued(tmp_path):
+    state = str(tmp_path)
+    outbox.enqueue(state, "13", {"node": "*", "class": "COMPLETED"})
+    report = outbox.deliver_pending(state, FakeAccounting({}), FAST)
+    assert report.waiting == ["13"] and list(outbox.pending(state)) == ["13"]
+
+
+def test_newer_entry_for_the_same_node_replaces_the_queued_one(tmp_path):
+    state = str(tmp_path)
+    outbox.enqueue(state, "14", {"node": "gpu1", "class": "FAILED"})
+    outbox.enqueue(state, "14", {"node": "gpu1", "class": "GPU_LOST"})
+    [item] = outbox.pending(state)["14"]
+    assert item["entry"]["class"] == "GPU_LOST"
+
+
+def test_late_evidence_amends_only_jobs_inside_the_window(tmp_path):
+    from healthcheck.records.late import amend_recent_jobs
+
+    state = str(tmp_path)
+    for job, ended in (("1", 1000.0), ("2", 1250.0), ("3", 1290.0)):
+        store.write_record(state, {"job_id": job, "node": "gpu1", "class": "FAILED", "slurm_class": "FAILED",
+                                   "evidence": [], "exit": 1, "ended_at": ended})
+        store.note_ending(state, "gpu1", job, ended)
+    store.write_record(state, {"job_id": "3", "node": "gpu1", "class": "COMPLETED", "slurm_class": "COMPLETED",
+                               "evidence": [], "ended_at": 1290.0})
+    lost = {"kind": "finding", "check": "gpu.lost", "status": "fail", "action": "drain", "gpu": 3}
+    amended = amend_recent_jobs(state, "gpu1", [lost], now=1300.0, window_s=300)
+    assert [r["job_id"] for r in amended] == ["2"]          # 1 is too old; 3 COMPLETED keeps its class
+    assert store.read_record(state, "1", "gpu1")["class"] == "FAILED"
+    assert store.read_record(state, "2", "gpu1")["class"] == "GPU_LOST"
+    assert outbox.pending(state)["2"][0]["entry"]["late"] is True
+    assert amend_recent_jobs(state, "gpu1", [lost], now=1301.0, window_s=300) == []   # once
+    assert amend_recent_jobs(state, "gpu1", [], now=1300.0, window_s=300) == []
