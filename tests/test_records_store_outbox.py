@@ -171,7 +171,7 @@ def test_late_evidence_amends_only_jobs_inside_the_window(tmp_path):
     from healthcheck.records.late import amend_recent_jobs
 
     state = str(tmp_path)
-    for job, ended in (("1", 1000.0), ("2", 1250.0), ("3", 1290.0)):
+    for job, ended in (("1", 990.0), ("2", 1250.0), ("3", 1290.0)):
         store.write_record(state, {"job_id": job, "node": "gpu1", "class": "FAILED", "slurm_class": "FAILED",
                                    "evidence": [], "exit": 1, "ended_at": ended})
         store.note_ending(state, "gpu1", job, ended)
