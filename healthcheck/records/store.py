@@ -127,6 +127,12 @@ def entry_for(record: Dict[str, Any]) -> Dict[str, Any]:
             entry[key] = cause[key]
     if cause.get("kind") == "xid":
         entry["xid"] = cause.get("code")
+    elif cause.get("gpu") is not None:
+        # A failing check named the GPU; the Xid the driver logged for it says more.
+        xids = [e.get("code") for e in record.get("evidence") or []
+                if e.get("kind") == "xid" and e.get("gpu") == cause["gpu"] and not e.get("late")]
+        if xids:
+            entry["xid"] = xids[0]
     for key in ("exit", "signal"):
         if record.get(key):
             entry[key] = record[key]

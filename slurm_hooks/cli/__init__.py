@@ -16,6 +16,7 @@ SUBCOMMANDS: Dict[str, str] = {
     "lab": "slurm_hooks.cli.lab_cmd:lab",
     "slurm-conf": "slurm_hooks.cli.slurm_conf_cmd:slurm_conf",
     "summary": "slurm_hooks.cli.summary_cmd:summary",
+    "job": "slurm_hooks.cli.job_cmd:job",
 }
 
 HELP = {
@@ -26,6 +27,7 @@ HELP = {
     "lab": "A real Slurm cluster on this machine, for tests and the demo.",
     "slurm-conf": "Print the slurm.conf lines that plug the installed hooks into Slurm.",
     "summary": "Why jobs ended, which hardware hurt them, which nodes keep doing it.",
+    "job": "How one job ended: its class per node, with the evidence.",
 }
 
 
