@@ -101,7 +101,7 @@ def enqueue(state_dir: str, job_id: str, entry: Dict[str, Any], now: Optional[fl
     path = _entry_path(state_dir, job_id, str(entry["node"]))
     fsutil.ensure_dir(os.path.dirname(path))
     item = {"job_id": str(job_id), "entry": entry, "queued_at": time.time() if now is None else now}
-    fsutil.atomic_write(path, json.dumps(item, sort_keys=True) + "\n")
+    fsutil.atomic_write(path, json.dumps(item) + "\n")        # entry keys keep their order
     return path
 
 
