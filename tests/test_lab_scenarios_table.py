@@ -154,17 +154,23 @@ def test_expected_class_column_is_optional_and_checked_against_the_class_names()
 
 
 def test_report_checks_the_recorded_class_when_the_table_names_one():
-    from healthcheck.records.admin_comment import encode
+    """The job's class over all its entries: a node's hardware class wins over the job-level
+    entry (EpilogSlurmctld sees only Slurm's FAILED), as sacctmgr stores them (lower case)."""
+    from healthcheck.records.admin_comment import as_stored_by_sacctmgr, encode
 
-    scenario = S.parse_table(_ROW.format(extra=', class = "FAILED", drain = false'))[0]
-    comment = "JS1:abc " + encode({"node": "gpu1", "class": "GPU_LOST"}) + " " + encode({"node": "*", "class": "FAILED"})
+    scenario = S.parse_table(_ROW.format(extra=', class = "GPU_LOST", drain = false'))[0]
+    comment = as_stored_by_sacctmgr("JS1:abc " + encode({"node": "gpu1", "class": "GPU_LOST"}) + " "
+                                    + encode({"node": "*", "class": "FAILED"}))
     good = S.JobResult("x", "job", "FAILED", job_id="9", state="FAILED", admin_comment=comment)
-    assert good.recorded_class == "FAILED" and good.as_dict()["class"] == "FAILED"
+    assert good.recorded_class == "GPU_LOST" and good.as_dict()["class"] == "GPU_LOST"
     assert S.problems_of(scenario, good, "gpu-hooks:") == []
-    node_only = S.JobResult("x", "job", "FAILED", job_id="9", state="FAILED",
-                            admin_comment=encode({"node": "gpu1", "class": "FAILED"}))
-    assert node_only.recorded_class is None
-    assert "recorded class is None, expected 'FAILED'" in S.problems_of(scenario, node_only, "gpu-hooks:")[0]
+    job_level_only = S.JobResult("x", "job", "FAILED", job_id="9", state="FAILED",
+                                 admin_comment=encode({"node": "*", "class": "FAILED"}))
+    assert job_level_only.recorded_class == "FAILED"
+    assert "recorded class is 'FAILED', expected 'GPU_LOST'" in S.problems_of(scenario, job_level_only, "gpu-hooks:")[0]
+    nothing = S.JobResult("x", "job", "FAILED", job_id="9", state="FAILED", admin_comment="JS1:abc")
+    assert nothing.recorded_class is None
+    assert "recorded class is None" in S.problems_of(scenario, nothing, "gpu-hooks:")[0]
     drained = S.JobResult("x", "job", "FAILED", job_id="9", state="FAILED", admin_comment=comment,
                           drained={"gpu1": "gpu-hooks: v1 xid gpu3 xid:79; lost"})
     assert S.problems_of(scenario, drained, "gpu-hooks:")[0].startswith("drained unexpectedly")
@@ -172,7 +178,7 @@ def test_report_checks_the_recorded_class_when_the_table_names_one():
                           drained={"gpu1": "admin: memory test"})
     assert S.problems_of(scenario, foreign, "gpu-hooks:") == []
     without = S.parse_table(_ROW.format(extra=""))[0]
-    assert S.problems_of(without, node_only, "gpu-hooks:") == []
+    assert S.problems_of(without, nothing, "gpu-hooks:") == []
 
 
 def test_report_checks_state_exit_code_and_requeue():

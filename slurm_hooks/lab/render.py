@@ -171,7 +171,8 @@ def hooks_config(lab: LabPaths, opts: RenderOptions, profiles: Optional[Dict[str
         state_dir=toml_string(lab.state), default_profile=toml_string(DEFAULT_PROFILE),
         sim_nodes=sim_nodes, node_match=toml_string(nodelist(opts.nodes)),
         gpus=P.GPUS_PER_NODE, ib_ports=", ".join(toml_string(port) for port in IB_PORTS),
-        reason_prefix=toml_string(REASON_PREFIX))
+        reason_prefix=toml_string(REASON_PREFIX),
+        gpu_devices=toml_string(os.path.join(lab.fakedev, "{node}")))
 
 
 def cgroup_conf() -> str:

@@ -51,6 +51,7 @@ def drive_simple(session: LabSession, scenario: Scenario, main: JobResult, resul
     jobs.append(job_id)
     info = session.wait_final(job_id, 200)
     session.collect(main, job_id, info)
+    session.await_class(scenario, main)
     session.observe_drains(scenario, main)
 
 
@@ -72,6 +73,7 @@ def drive_cancel(session: LabSession, scenario: Scenario, main: JobResult, resul
     session.slurm.cancel(job_id)
     info = session.wait_final(job_id, 60)
     session.collect(main, job_id, info)
+    session.await_class(scenario, main)
 
 
 def drive_preempt(session: LabSession, scenario: Scenario, main: JobResult, results: List[JobResult],
@@ -87,6 +89,7 @@ def drive_preempt(session: LabSession, scenario: Scenario, main: JobResult, resu
     info = session.wait_final(job_id, 120, start_requeued=bool(scenario.expect.get("requeued")))
     high_info = session.wait_final(high_id, 60)
     session.collect(main, job_id, info)
+    session.await_class(scenario, main)
     session.collect(high, high_id, high_info)
 
 
@@ -111,6 +114,7 @@ def drive_node_fail(session: LabSession, scenario: Scenario, main: JobResult, re
         session.wait(f"{node} back", lambda: D.node_responding(
             session.slurm.nodes().get(node, {}).get("state", "")), 40)
     session.collect(main, job_id, info)
+    session.await_class(scenario, main)
 
 
 def drive_fault(session: LabSession, scenario: Scenario, main: JobResult, results: List[JobResult],
@@ -131,6 +135,7 @@ def drive_fault(session: LabSession, scenario: Scenario, main: JobResult, result
     session.echo(f"{scenario.name}: injected on {node} GPU {gpu}: {' '.join(assignments)}")
     info = session.wait_final(job_id, 60)
     session.collect(main, job_id, info)
+    session.await_class(scenario, main)
     session.observe_drains(scenario, main)
 
 

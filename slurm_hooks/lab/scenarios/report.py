@@ -37,8 +37,8 @@ class JobResult:
 
     @property
     def recorded_class(self) -> Optional[str]:
-        """The job-ending class the hooks recorded in AdminComment (the job-level ``"*"``
-        entry), or None when there is none."""
+        """The job-ending class the hooks recorded in AdminComment (over all the job's
+        entries: a node's hardware class wins over the job-level ``"*"`` entry), or None."""
         return recorded_class(self.admin_comment)
 
     def as_dict(self) -> Dict[str, Any]:
@@ -54,8 +54,10 @@ def state_matches(actual: str, expected: str) -> bool:
 
 
 def recorded_class(text: Optional[str]) -> Optional[str]:
-    entries = [e for e in admin_comment.parse(text) if e.get("node") == "*"]
-    return entries[-1]["class"] if entries else None
+    from healthcheck.records.classify import job_class
+
+    entries = admin_comment.parse(text)
+    return job_class(entries) if entries else None
 
 
 def problems_of(scenario: Scenario, result: JobResult, drain_prefix: str) -> List[str]:

@@ -185,6 +185,25 @@ class LabSession:
         result.admin_comment = row["AdminComment"]
         result.history = [r["State"] for r in self.slurm.sacct(job_id, duplicates=True)]
 
+    def await_class(self, scenario: Scenario, result: JobResult, limit: float = 30) -> None:
+        """The hooks deliver AdminComment entries off the epilog's critical path (a detached
+        process, about a second after the epilog): wait for the expected class to show."""
+        from .report import recorded_class
+
+        want = scenario.expect_class
+        if not want or not result.job_id:
+            return
+
+        def shown() -> Optional[str]:
+            rows = self.slurm.sacct(result.job_id)
+            if rows:
+                result.admin_comment = rows[0]["AdminComment"]
+            return result.admin_comment if recorded_class(result.admin_comment) == want else None
+        try:
+            self.wait(f"job {result.job_id}'s class {want} in AdminComment", shown, limit)
+        except LabError:
+            pass                   # the report says what was recorded instead
+
     def observe_drains(self, scenario: Scenario, result: JobResult) -> None:
         """Which of the job's nodes ended drained; waits a health-check interval for an
         expected drain (later issues make the hooks drain)."""
