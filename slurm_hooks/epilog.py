@@ -207,3 +207,7 @@ def _drain_if_bad(config, backend, node: str, findings, events: List[Dict[str, A
     from .drain import drain_for
 
     return drain_for(config, backend, node, findings, events)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -124,3 +124,7 @@ def _deliver_queued(config) -> None:
         from .delivery import deliver_in_background
 
         deliver_in_background(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -93,14 +93,14 @@ def test_the_lab_prepares_from_the_installed_package(installed, tmp_path):
     assert bin_dir == str(installed)
 
 
-def test_hooks_never_import_jinja2(tmp_path, sim_config):
+def test_hooks_never_import_jinja2_or_click(tmp_path, sim_config):
     """The prolog runs before every job on every node: its import path stays lean."""
     probe = ("import sys, runpy\n"
              "from slurm_hooks import prolog, epilog\n"
              "from healthcheck import healthcheck\n"
              "rc = [prolog.main([]), epilog.main([]), healthcheck.main([])]\n"
              "assert rc == [0, 0, 0], rc\n"
-             "heavy = sorted(m for m in ('jinja2', 'markupsafe') if m in sys.modules)\n"
+             "heavy = sorted(m for m in ('jinja2', 'markupsafe', 'click') if m in sys.modules)\n"
              "print('heavy:', heavy)\n")
     env = {"SLURM_GPU_HOOKS_CONFIG": sim_config, "SLURMD_NODENAME": "gpu1", "SLURM_JOB_ID": "1",
            "PYTHONPATH": ROOT}
