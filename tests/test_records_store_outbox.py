@@ -185,3 +185,14 @@ def test_late_evidence_amends_only_jobs_inside_the_window(tmp_path):
     assert outbox.pending(state)["2"][0]["entry"]["late"] is True
     assert amend_recent_jobs(state, "gpu1", [lost], now=1301.0, window_s=300) == []   # once
     assert amend_recent_jobs(state, "gpu1", [], now=1300.0, window_s=300) == []
+
+
+def test_a_queue_of_many_jobs_waits_to_verify_once_per_round(tmp_path):
+    state = str(tmp_path)
+    acct = FakeAccounting({str(job): "" for job in range(20, 30)})
+    for job in range(20, 30):
+        outbox.enqueue(state, str(job), {"node": "*", "class": "COMPLETED"})
+    waits = []
+    report = outbox.deliver_pending(state, acct, FAST, sleep=waits.append)
+    assert sorted(report.delivered) == [str(job) for job in range(20, 30)]
+    assert len(waits) == 1 and report.writes == 10 and outbox.pending(state) == {}

@@ -65,24 +65,48 @@ class WriteResult:
 def write_entries(accounting: Accounting, job_id: str, entries: List[Dict[str, Any]],
                   settings: DeliverySettings, sleep: Callable[[float], None] = time.sleep,
                   rng: Optional[random.Random] = None) -> WriteResult:
-    """Read-merge-write-verify ``entries`` into ``job_id``'s AdminComment. Raises
-    ``AccountingError`` when accounting does not answer; returns delivered=False when the job is
-    not in accounting yet or the entries did not stick after every attempt."""
+    """Read-merge-write-verify ``entries`` into ``job_id``'s AdminComment (``write_jobs``)."""
+    return write_jobs(accounting, {job_id: entries}, settings, sleep, rng)[job_id]
+
+
+def write_jobs(accounting: Accounting, jobs: Dict[str, List[Dict[str, Any]]], settings: DeliverySettings,
+               sleep: Callable[[float], None] = time.sleep,
+               rng: Optional[random.Random] = None) -> Dict[str, WriteResult]:
+    """Read-merge-write-verify for several jobs, with one settle wait per round for all of them
+    (a queue of many jobs costs one wait, not one per job). Raises ``AccountingError`` when
+    accounting does not answer; a job not in accounting yet, or whose entries did not stick
+    after every attempt, is delivered=False."""
     rng = rng or random.Random()
-    writes = 0
+    results: Dict[str, WriteResult] = {}
+    writes = {job: 0 for job in jobs}
+    todo = dict(jobs)
     for _ in range(max(1, settings.attempts)):
-        current = accounting.get_admin_comment(job_id)
-        if current is None:
-            return WriteResult(False, writes, "the job is not in accounting yet")
-        if all(admin_comment.contains(current, entry) for entry in entries):
-            return WriteResult(True, writes)
-        accounting.set_admin_comment(job_id, admin_comment.merge(current, entries))
-        writes += 1
+        written = []
+        for job, entries in todo.items():
+            current = accounting.get_admin_comment(job)
+            if current is None:
+                results[job] = WriteResult(False, writes[job], "the job is not in accounting yet")
+            elif all(admin_comment.contains(current, entry) for entry in entries):
+                results[job] = WriteResult(True, writes[job])
+            else:
+                accounting.set_admin_comment(job, admin_comment.merge(current, entries))
+                writes[job] += 1
+                written.append(job)
+        if not written:
+            return results
         sleep(settings.verify_delay_s + rng.uniform(0, settings.jitter_s))
-        after = accounting.get_admin_comment(job_id)
-        if after is not None and all(admin_comment.contains(after, entry) for entry in entries):
-            return WriteResult(True, writes)
-    return WriteResult(False, writes, f"entries did not stick after {writes} writes")
+        todo = {}
+        for job in written:
+            after = accounting.get_admin_comment(job)
+            if after is not None and all(admin_comment.contains(after, entry) for entry in jobs[job]):
+                results[job] = WriteResult(True, writes[job])
+            else:
+                todo[job] = jobs[job]
+        if not todo:
+            return results
+    for job in todo:
+        results[job] = WriteResult(False, writes[job], f"entries did not stick after {writes[job]} writes")
+    return results
 
 
 # -- the queue ---------------------------------------------------------------------------------
@@ -135,8 +159,8 @@ class DeliveryReport:
 
 def deliver_pending(state_dir: str, accounting: Accounting, settings: DeliverySettings,
                     sleep: Callable[[float], None] = time.sleep) -> DeliveryReport:
-    """Deliver what the queue holds (one job at a time, under a host-wide lock). Stops at the
-    first ``AccountingError``: what is left stays queued for the next hook run."""
+    """Deliver what the queue holds (under a host-wide lock, ``write_jobs``). An
+    ``AccountingError`` leaves everything queued for the next hook run."""
     report = DeliveryReport([], [])
     lock = _try_lock(os.path.join(outbox_dir(state_dir), ".lock"), settings.lock_wait_s, sleep)
     if lock is None:
@@ -144,13 +168,16 @@ def deliver_pending(state_dir: str, accounting: Accounting, settings: DeliverySe
         report.waiting = list(pending(state_dir))
         return report
     try:
-        for job_id, items in list(pending(state_dir).items())[:settings.max_jobs_per_run]:
-            try:
-                result = write_entries(accounting, job_id, [item["entry"] for item in items], settings, sleep)
-            except AccountingError as exc:
-                report.error = str(exc)
-                report.waiting.append(job_id)
-                break
+        batch = dict(list(pending(state_dir).items())[:settings.max_jobs_per_run])
+        try:
+            results = write_jobs(accounting, {job: [i["entry"] for i in items] for job, items in batch.items()},
+                                 settings, sleep)
+        except AccountingError as exc:
+            report.error = str(exc)
+            report.waiting = list(batch)
+            return report
+        for job_id, items in batch.items():
+            result = results[job_id]
             report.writes += result.writes
             if result.delivered:
                 for item in items:
