@@ -198,8 +198,8 @@ def test_a_fault_on_a_gpu_the_job_was_not_given_does_not_block_it(lab):
 def test_entries_written_while_slurmdbd_is_down_reach_accounting_when_it_returns(lab):
     say = lambda line: None  # noqa: E731
     dbd = daemons.by_name(lab.paths, "slurmdbd")
-    assert not daemons.stop(lab.paths, [dbd], say)
     try:
+        assert daemons.stop(lab.paths, [dbd], say) == ["slurmdbd"]
         jobs = [submit(lab, "-w", "gpu1", "--gres=gpu:1", "--wrap", "exit 3"),
                 submit(lab, "-w", "gpu2", "--gres=gpu:1", "--wrap", "true")]
         for job in jobs:
