@@ -225,3 +225,23 @@ def test_entries_written_while_slurmdbd_is_down_reach_accounting_when_it_returns
     wait_for("queued entries in accounting", delivered, timeout=120, every=1)
     assert ac.parse(admin_comment(lab, jobs[0]))[0]["class"] == "FAILED"
     assert ac.parse(admin_comment(lab, jobs[1]))[0]["class"] == "COMPLETED"
+
+
+def test_gres_index_maps_to_nvml_index_through_minor_numbers(lab):
+    """gpu3's driver numbered its devices against PCI order: NVML GPU i is /dev/nvidia(7-i).
+    The job's GRES index 0 (Slurm's first device file, nvidia0) is then NVML GPU 7."""
+    reversed_minors = [f"gpu.{i}.minor_number={7 - i}" for i in range(8)]
+    inject(lab, "gpu3", *reversed_minors, "gpu.7.state=lost")
+    try:
+        job = submit(lab, "-w", "gpu3", "--gres=gpu:1", "--no-requeue", "--wrap", "true")
+        assert wait_ended(lab, job) == "CANCELLED"
+        assert node_reason(lab, "gpu3").startswith("gpu-hooks: v1 gpu.lost gpu7")
+    finally:
+        mend(lab, "gpu3")
+    inject(lab, "gpu3", *reversed_minors, "gpu.0.state=lost")      # NVML 0 is GRES 7: not the job's
+    try:
+        job = submit(lab, "-w", "gpu3", "--gres=gpu:1", "--wrap", "true")
+        assert wait_ended(lab, job) == "COMPLETED"
+        assert _baseline_gpus(lab, job, "gpu3") == [7]
+    finally:
+        mend(lab, "gpu3")
