@@ -187,7 +187,7 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     drain = _drain_if_bad(config, backend, node, report.findings, kernel["events"])
     if drain:
         out["drained"] = drain
-    speaks = bool(items) if config.section("records")["node_entries"] == "evidence" else True
+    speaks = _has_something_to_say(result) if config.section("records")["node_entries"] == "evidence" else True
     if config.section("records")["accounting"] and speaks:
         out["accounting"] = _queue_and_deliver(config, job_id, store.entry_for(record), backend)
     elif config.section("records")["accounting"]:
@@ -195,6 +195,12 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
 
         deliver_in_background(config)          # anything an earlier run left queued
     return out
+
+
+def _has_something_to_say(result) -> bool:
+    """A node writes its own entry for a hardware cause, or any Xid during the job (an
+    application's Xid 13 is worth seeing next to its FAILED); warnings stay in the record."""
+    return result.cause is not None or any(item.get("kind") == "xid" for item in result.evidence)
 
 
 def _nvml_gpus(facts) -> List[Any]:
