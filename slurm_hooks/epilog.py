@@ -138,7 +138,7 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
 def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     from healthcheck.records import store
     from healthcheck.records.classify import classify
-    from healthcheck.runner import run_checks
+    from healthcheck.runner import BASELINE_READS, run_checks
     from healthcheck.sources import node_sources
 
     from . import evidence as ev
@@ -156,15 +156,15 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
 
     sources = node_sources(config, node)
     report = run_checks(config, node, "prolog", gpus=job_gpus if job_gpus is not None else [],
-                        sources=sources, now=now)
+                        sources=sources, now=now, extra_reads=BASELINE_READS)
     items = [ev.finding_evidence(f) for f in report.findings]
-    facts = getattr(report, "facts", None)
+    facts = report.facts
     gpus_facts = (baseline or {}).get("gpu_facts") or \
         [{"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id} for g in _nvml_gpus(facts)]
     kernel = ev.kernel_evidence(config, sources, node, job_id, baseline, job_gpus, gpus_facts, started, now)
     items.extend(kernel["events"])
-    if baseline and baseline.get("counters") and facts is not None:
-        after = ev.counters_from_facts(getattr(facts, "nvml", None), getattr(facts, "ib", None))
+    if baseline and baseline.get("counters"):
+        after = ev.counters_from_facts(facts.nvml, facts.ib)
         items.extend(ev.counter_evidence(baseline["counters"], after))
 
     result = classify(view, items)
@@ -204,8 +204,7 @@ def _has_something_to_say(result) -> bool:
 
 
 def _nvml_gpus(facts) -> List[Any]:
-    nvml = getattr(facts, "nvml", None)
-    return list(getattr(nvml, "gpus", None) or [])
+    return list(facts.nvml.gpus) if facts.nvml is not None else []
 
 
 def _drain_if_bad(config, backend, node: str, findings, events: List[Dict[str, Any]]) -> Optional[str]:

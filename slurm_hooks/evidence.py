@@ -102,7 +102,7 @@ def place_kernel_cursor(config: Config, sources: Any, node: str, job_id: str) ->
 
     consumer = job_consumer(node, job_id)
     try:
-        read_new_events(sources.kernel_log, sources.state_dir, consumer, config=config)
+        read_new_events(sources.kernel_log, sources.state_dir, consumer, config=config).commit()
     except (KernelLogError, OSError, ValueError):
         return None
     return consumer
@@ -117,6 +117,7 @@ def kernel_evidence(config: Config, sources: Any, node: str, job_id: str, baseli
     consumer = (baseline or {}).get("kernel_consumer")
     try:
         if consumer:
+            # Read, never committed: the job's cursor goes away with the job.
             events = read_new_events(sources.kernel_log, sources.state_dir, consumer, config=config,
                                      gpus=gpus_facts, now=now).events
             _drop_consumer(sources.state_dir, consumer)

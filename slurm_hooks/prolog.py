@@ -54,7 +54,7 @@ def _run(argv: Optional[Sequence[str]]) -> int:
 
 def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     from healthcheck.records import store
-    from healthcheck.runner import run_checks
+    from healthcheck.runner import BASELINE_READS, run_checks
     from healthcheck.sources import node_sources
 
     from . import evidence as ev
@@ -66,10 +66,10 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     sources = node_sources(config, node)
     # All GPUs are probed (the minor numbers that map the job's GPUs come from the same run);
     # only the job's GPUs and node-wide findings are judged.
-    report = run_checks(config, node, "prolog", gpus=None, sources=sources, now=now)
-    facts = getattr(report, "facts", None)
-    nvml_gpus = list(getattr(getattr(facts, "nvml", None), "gpus", None) or [])
-    minors = {g.index: getattr(g, "minor_number", None) for g in nvml_gpus}
+    report = run_checks(config, node, "prolog", gpus=None, sources=sources, now=now, extra_reads=BASELINE_READS)
+    facts = report.facts
+    nvml_gpus = list(facts.nvml.gpus) if facts.nvml is not None else []
+    minors = {g.index: g.minor_number for g in nvml_gpus}
     devices = device_minors(devices_dir(config.section("prolog")["gpu_devices"], node))
     if gres is None:
         job_gpus, how = [], "no GPUs"
@@ -85,9 +85,8 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     baseline = {
         "started_at": now, "gres": gres, "gpus": job_gpus, "mapping": how,
         "gpu_facts": [{"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
-                       "minor_number": getattr(g, "minor_number", None)} for g in nvml_gpus if g.index in mine],
-        "counters": {k: v for k, v in ev.counters_from_facts(getattr(facts, "nvml", None),
-                                                             getattr(facts, "ib", None)).items()
+                       "minor_number": g.minor_number} for g in nvml_gpus if g.index in mine],
+        "counters": {k: v for k, v in ev.counters_from_facts(facts.nvml, facts.ib).items()
                      if not (k.startswith("gpu") and k[3:].isdigit() and int(k[3:]) not in mine)},
         "kernel_consumer": ev.place_kernel_cursor(config, sources, node, job_id),
         "findings": [ev.finding_evidence(f) for f in judged],

@@ -12,7 +12,18 @@ from slurm_hooks import epilog, prolog
 
 from .conftest import SIM_PROFILES
 
-XID79 = "NVRM: Xid (PCI:0000:5d:00): 79, pid=1, name=python, GPU has fallen off the bus."
+XID79 = "NVRM: Xid (PCI:{pci}): 79, pid=1, name=python, GPU has fallen off the bus."
+
+
+def kernel_pci(node, gpu):
+    """GPU ``gpu``'s PCI address as the kernel log writes it (0000:5d:00)."""
+    from healthcheck.config import Config
+    from healthcheck.sim.node import SimNode
+
+    config = Config.load(node["config"])
+    bus_id = SimNode(config.state_dir, "gpu1", config.sim_profile_path("gpu1")).ensure()["gpu"][gpu]["pci_bus_id"]
+    domain, bus, rest = bus_id.split(":")
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(rest.split('.')[0], 16):02x}"
 
 
 @pytest.fixture
@@ -93,7 +104,7 @@ def test_prolog_with_an_unreadable_config_does_nothing(node, capsys):
 
 def test_epilog_classifies_a_gpu_lost_mid_job_and_queues_its_entry(node):
     assert prolog.main([]) == 0
-    inject(node, "gpu.3.state=lost", "--log", XID79)
+    inject(node, "gpu.3.state=lost", "--log", XID79.format(pci=kernel_pci(node, 3)))
     node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
     node["env"].setenv("SLURM_JOB_EXIT_CODE2", "1:0")
     assert epilog.main([]) == 0
@@ -103,6 +114,7 @@ def test_epilog_classifies_a_gpu_lost_mid_job_and_queues_its_entry(node):
     assert any(e["kind"] == "xid" and e["code"] == 79 for e in record["evidence"])
     [item] = outbox.pending(node["state"])["5"]
     assert item["entry"]["node"] == "gpu1" and item["entry"]["class"] == "GPU_LOST" and item["entry"]["gpu"] == 3
+    assert item["entry"]["xid"] == 79 and item["entry"]["gpus"] == 2
     assert "queued" in journal(node)[-1]["accounting"]
     # the job's kernel-log cursor is gone with the job
     assert not os.path.exists(os.path.join(node["state"], "kernellog", "gpu1.job.5"))
@@ -145,3 +157,23 @@ def test_late_evidence_amends_the_job_that_just_ended(node):
     assert journal(node)[-1]["amended_jobs"] == ["5"]
     [item] = outbox.pending(node["state"])["5"]
     assert item["entry"]["class"] == "GPU_LOST" and item["entry"]["late"] is True
+
+
+def test_prolog_maps_gres_indices_through_minor_numbers(node, tmp_path):
+    import stat as st
+
+    devices = tmp_path / "dev" / "gpu1"
+    devices.mkdir(parents=True)
+    for number in range(8):
+        os.mknod(str(devices / f"nvidia{number}"), 0o600 | st.S_IFCHR, os.makedev(195, number))
+    with open(node["config"], "a") as handle:
+        handle.write(f'[prolog]\ngpu_devices = "{tmp_path}/dev/{{node}}"\n')
+    # NVML GPU i is /dev/nvidia(7-i): the job's GRES index 0 is NVML GPU 7
+    inject(node, *[f"gpu.{i}.minor_number={7 - i}" for i in range(8)], "gpu.0.state=lost")
+    node["env"].setenv("SLURM_JOB_GPUS", "0")
+    assert prolog.main([]) == 0
+    entry = journal(node)[-1]
+    assert entry["job_gpus"] == [7] and entry["mapping"] == "minor"
+    inject(node, "gpu.7.state=lost")
+    assert prolog.main([]) == 1
+    assert any("gpu.lost" in f for f in journal(node)[-1]["findings"])
