@@ -22,7 +22,7 @@ class SlurmAccounting:
         self.backend = backend
 
     def get_admin_comment(self, job_id: str) -> Optional[str]:
-        from .slurm.backend import SlurmError
+        from healthcheck.slurm import SlurmError
 
         try:
             rows = self.backend.accounting([job_id], ["JobID", "AdminComment"])
@@ -34,7 +34,7 @@ class SlurmAccounting:
         return None
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
-        from .slurm.backend import SlurmError
+        from healthcheck.slurm import SlurmError
 
         try:
             self.backend.set_admin_comment(job_id, text)
@@ -45,11 +45,9 @@ class SlurmAccounting:
 
 
 def backend_for(config: Config):
-    from .slurm.cli_backend import CliBackend
+    from healthcheck.slurm import backend_from_config
 
-    section = config.section("slurm")
-    return CliBackend(bin_dir=section.get("bin_dir", ""), slurm_conf=section.get("conf", ""),
-                      timeout_s=float(section.get("timeout_s", 15)))
+    return backend_from_config(config)
 
 
 def deliver(config: Config, backend=None) -> DeliveryReport:

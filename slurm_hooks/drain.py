@@ -1,75 +1,66 @@
-"""The prolog's and epilog's drain: the strongest hardware cause becomes our drain reason
-(``healthcheck.drain_reason``, the health check's format), set with ``scontrol``.
+"""The prolog's and epilog's drain, through the Actions layer (``healthcheck.actions``): the same
+decision table and reason format as the health check. The strongest hardware cause
+(``records.classify.hardware_cause``) goes first, so it names the drain.
 
-A node someone else drained keeps their reason; a node we already drained for the same cause
-is not drained again. A failing Slurm command is one loud line, never an exception: the hook
-carries on (the prolog still exits non-zero, so the job does not start on the bad hardware).
+Kernel-log events of the job's window become ``kernel.xid``/``kernel.sxid`` findings (their
+action is ``[actions] "kernel.xid"``). A failing Slurm command is one loud line, never an
+exception: the prolog still exits non-zero, so the job does not start on the bad hardware.
 """
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List, Optional
 
-from healthcheck.drain_reason import DrainReason, format_reason, is_ours, parse_reason
 from healthcheck.findings import Finding
 
 
-def _subject(item: Dict[str, Any]) -> str:
-    if item.get("gpu") is not None:
-        return f"gpu{item['gpu']}"
-    if item.get("port"):
-        return str(item["port"])
-    return "node"
+def event_finding(config, item: Dict[str, Any]) -> Finding:
+    check = "kernel.sxid" if item.get("event") == "sxid" else "kernel.xid"
+    what = f" ({item['mnemonic']})" if item.get("mnemonic") else ""
+    where = f"GPU {item['gpu']}" if item.get("gpu") is not None else "the node"
+    return Finding(check=check, status="fail", action=config.action(check),
+                   message=f"Xid {item.get('code')}{what} on {where} during a job", gpu=item.get("gpu"),
+                   evidence={"code": item.get("code")})
 
 
-def reason_for(item: Dict[str, Any]) -> DrainReason:
-    """Our drain reason for one evidence item (a failing finding or a kernel-log event)."""
-    if item.get("kind") == "xid":
-        code = item.get("code")
-        check = "kernel.sxid" if item.get("event") == "sxid" else "kernel.xid"
-        what = f" ({item['mnemonic']})" if item.get("mnemonic") else ""
-        where = f"GPU {item['gpu']}" if item.get("gpu") is not None else "the node"
-        return DrainReason(check=check, subject=_subject(item), keys={"xid": str(code)},
-                           summary=f"Xid {code}{what} on {where} during a job")
-    keys = {"xid": str(item["xid"])} if item.get("xid") is not None else {}
-    return DrainReason(check=str(item.get("check")), subject=_subject(item), keys=keys,
-                       summary=str(item.get("message", "")))
+def drain_findings(config, findings: List[Finding], events: List[Dict[str, Any]]) -> List[Finding]:
+    """The findings that ask for a drain, the strongest hardware cause first."""
+    from healthcheck.actions.cause import is_drain_finding
+    from healthcheck.records.classify import evidence_class, hardware_cause
 
+    from .evidence import finding_evidence
 
-def drain_cause(config, items: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The item to drain for: the strongest hardware cause among items whose action is drain."""
-    from healthcheck.records.classify import hardware_cause
-
-    xid_action = config.action("kernel.xid")
-    draining = [item for item in items
-                if (item.get("kind") == "finding" and item.get("action") == "drain")
-                or (item.get("kind") == "xid" and xid_action == "drain")]
-    found = hardware_cause(draining)
-    return found[1] if found else None
+    candidates = list(findings) + [event_finding(config, e) for e in events if evidence_class(e)]
+    draining = [f for f in candidates if is_drain_finding(f)]
+    items = [finding_evidence(f) if f.check not in ("kernel.xid", "kernel.sxid") else
+             {"kind": "xid", "code": f.evidence.get("code"), "gpu": f.gpu,
+              "action": "reset_gpu", "event": "sxid" if f.check == "kernel.sxid" else None}
+             for f in draining]
+    best = hardware_cause(items)
+    if best is not None:
+        first = draining[items.index(best[1])]
+        draining.remove(first)
+        draining.insert(0, first)
+    return draining
 
 
 def drain_for(config, backend, node: str, findings: List[Finding], events: List[Dict[str, Any]]) -> Optional[str]:
-    from .evidence import finding_evidence
-    from .slurm.backend import SlurmError
+    """Drain ``node`` when the findings (and the job window's Xids) ask for it; the reason set,
+    or None when nothing was drained (nothing to drain, someone else's reason, Slurm failed)."""
+    from healthcheck.actions import Policy, apply, decide
+    from healthcheck.slurm import SlurmError
 
-    cause = drain_cause(config, [finding_evidence(f) for f in findings] + list(events))
-    if cause is None:
+    draining = drain_findings(config, findings, events)
+    if not draining:
         return None
-    drain = config.section("drain")
-    prefix = drain["reason_prefix"]
-    wanted = reason_for(cause)
-    text = format_reason(wanted, prefix, int(drain["max_reason_len"]))
     try:
-        current = backend.node(node)
-        if current.drained and not is_ours(current.reason, prefix):
-            print(f"slurm-gpu: {node} is drained by someone else ({current.reason!r}); not replacing it "
-                  f"with: {text}", file=sys.stderr)
-            return text
-        existing = parse_reason(current.reason, prefix) if current.drained else None
-        if existing is not None and existing.cause == wanted.cause:
-            return text
-        backend.drain(node, text)
+        info, error = backend.node(node), ""
     except SlurmError as exc:
-        print(f"slurm-gpu: cannot drain {node} ({text}): {exc}", file=sys.stderr)
+        info, error = None, str(exc)
+    decision = decide(node, info, draining, Policy.from_config(config), slurm_error=error)
+    applied = apply(backend, decision)
+    if applied.error or decision.kind in ("blocked", "leave-alone"):
+        print(f"slurm-gpu: {node}: not drained ({decision.rule}): {applied.error or decision.why}; "
+              f"wanted: {decision.reason}", file=sys.stderr)
         return None
-    return text
+    return decision.reason if decision.kind in ("drain", "none") else None

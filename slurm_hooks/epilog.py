@@ -70,7 +70,7 @@ def _slurm_view(backend, job_id: str, env: Mapping[str, str]):
     """Slurm's view from scontrol (reliable from the epilog; sacct is racy there), else env only."""
     from healthcheck.records.classify import SlurmView
 
-    from .slurm.backend import SlurmError
+    from healthcheck.slurm import SlurmError
 
     try:
         job = backend.job(job_id)

@@ -83,7 +83,7 @@ def gather(config, job_id: str, backend) -> Dict[str, Any]:
     """Read accounting, records and live Slurm; each source that fails is left out (and said)."""
     from healthcheck.records import store
 
-    from .slurm.backend import SlurmError
+    from healthcheck.slurm import SlurmError
 
     problems = []
     row = None

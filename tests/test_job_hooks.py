@@ -69,7 +69,8 @@ def test_prolog_stops_the_job_when_its_gpu_is_bad(node, capsys):
     entry = journal(node)[-1]
     assert entry["result"] == "bad-node" and any("gpu.lost" in f for f in entry["findings"])
     # no scontrol here: the drain is one loud line naming our reason, and the job still stops
-    assert "cannot drain gpu1 (gpu-hooks: v1 gpu.lost gpu3" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "gpu1: not drained (slurm-unreachable-fault)" in err and "wanted: gpu-hooks: v1 gpu.lost gpu3" in err
 
 
 def test_a_fault_on_a_gpu_the_job_was_not_given_does_not_block_it(node):

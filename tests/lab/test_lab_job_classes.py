@@ -28,7 +28,7 @@ def submit(lab, *args: str) -> str:
 
 
 def job_fields(lab, job: str) -> Dict[str, str]:
-    from slurm_hooks.slurm.cli_backend import parse_scontrol_record
+    from healthcheck.slurm.cli_backend import parse_scontrol_record
 
     result = lab.run("scontrol", "show", "job", "-o", job)
     return parse_scontrol_record(result.stdout) if result.returncode == 0 else {}
