@@ -18,7 +18,10 @@ from .common import config_option, fail, load_config
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (keys job_id, class, nodes, sources).")
 @config_option
 def job(job_id: str, as_json: bool, config_path) -> None:
-    """Show how job JOBID ended: its class, per node, and the evidence."""
+    """Show how job JOBID ended: its class, per node, and the evidence (exit 1: unknown job).
+
+    Example: slurm-gpu job 4242 --json
+    """
     from healthcheck.records.store import job_id_ok
 
     from ..delivery import backend_for
