@@ -127,10 +127,19 @@ def kernel_evidence(config: Config, sources: Any, node: str, job_id: str, baseli
             how = "time window"
     except (KernelLogError, OSError, ValueError) as exc:
         return {"events": [], "source": "error", "error": str(exc)}
-    wanted = None if job_gpus is None else set(job_gpus)
-    kept = [event_evidence(e) for e in events
-            if wanted is None or e.gpu is None or e.gpu in wanted]
+    gpus_facts = list(gpus_facts)
+    kept = [event_evidence(e) for e in events if _jobs_event(e, job_gpus, bool(gpus_facts))]
     return {"events": kept, "source": how}
+
+
+def _jobs_event(event: Any, job_gpus: Optional[Iterable[int]], mapped: bool) -> bool:
+    """An event on one of the job's GPUs, or a node-wide one (an NVSwitch SXid). A GPU's Xid
+    whose address no GPU of this node has is not the job's -- unless nothing could be mapped."""
+    if job_gpus is None or event.kind == "sxid":
+        return True
+    if event.gpu is None:
+        return not mapped
+    return event.gpu in set(job_gpus)
 
 
 def _drop_consumer(state_dir: str, consumer: str) -> None:

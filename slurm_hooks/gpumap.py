@@ -54,24 +54,34 @@ def device_minors(directory: str) -> List[Tuple[str, int]]:
 def gres_to_nvml(gres: Iterable[int], devices: List[Tuple[str, int]],
                  nvml_minors: Mapping[int, Optional[int]]) -> Tuple[List[int], str]:
     """Map GRES indices to NVML indices. ``devices`` from ``device_minors``, ``nvml_minors``
-    NVML index -> minor number. Returns (indices, how): how is "minor" when every index was
-    mapped through minor numbers, else "identity" (with why) -- then GRES index = NVML index,
-    which is right whenever the driver numbered devices in PCI order."""
+    NVML index -> minor number (None: NVML could not read it, as for a GPU that fell off the bus).
+
+    Returns (indices, how): "minor" when every index mapped through minor numbers; "minor,
+    unreadable" when a device file's minor matched no readable GPU and was taken to be the GPU(s)
+    whose minor NVML could not read (a lost GPU is exactly the one to catch: when in doubt the job
+    gets those GPUs judged); "identity (why)" when there is nothing to map with -- GRES index =
+    NVML index, right whenever the driver numbered devices in PCI order."""
     gres = list(gres)
     by_minor: Dict[int, int] = {minor: index for index, minor in nvml_minors.items() if minor is not None}
+    unreadable = sorted(index for index, minor in nvml_minors.items() if minor is None)
     if not devices:
         return gres, "identity (no nvidiaN device files found)"
     if not by_minor:
         return gres, "identity (NVML gave no minor numbers)"
-    mapped = []
+    mapped: List[int] = []
+    how = "minor"
     for index in gres:
         if index >= len(devices):
             return gres, f"identity (GRES index {index} but only {len(devices)} device files)"
         minor = devices[index][1]
-        if minor not in by_minor:
+        if minor in by_minor:
+            mapped.append(by_minor[minor])
+        elif unreadable:
+            mapped.extend(i for i in unreadable if i not in mapped)
+            how = "minor, unreadable"
+        else:
             return gres, f"identity (no NVML GPU has minor number {minor})"
-        mapped.append(by_minor[minor])
-    return mapped, "minor"
+    return mapped, how
 
 
 def devices_dir(template: str, node: str) -> str:

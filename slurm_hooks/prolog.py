@@ -84,8 +84,9 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
 
     baseline = {
         "started_at": now, "gres": gres, "gpus": job_gpus, "mapping": how,
+        # Every GPU's identity: the epilog maps each Xid line's PCI address to its GPU.
         "gpu_facts": [{"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
-                       "minor_number": g.minor_number} for g in nvml_gpus if g.index in mine],
+                       "minor_number": g.minor_number} for g in nvml_gpus],
         "counters": {k: v for k, v in ev.counters_from_facts(facts.nvml, facts.ib).items()
                      if not (k.startswith("gpu") and k[3:].isdigit() and int(k[3:]) not in mine)},
         "kernel_consumer": ev.place_kernel_cursor(config, sources, node, job_id),

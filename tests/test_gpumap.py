@@ -46,6 +46,15 @@ def test_identity_when_the_mapping_cannot_be_made():
     assert gres_to_nvml([1], devices, {0: 0, 1: 9})[1] == "identity (no NVML GPU has minor number 1)"
 
 
+def test_a_gpu_whose_minor_nvml_cannot_read_is_the_one_judged():
+    """A GPU that fell off the bus answers no NVML call, its minor number neither."""
+    devices = [(f"nvidia{n}", n) for n in range(8)]
+    nvml_minors = {i: 7 - i for i in range(7)}
+    nvml_minors[7] = None                                   # NVML GPU 7 (/dev/nvidia0) is lost
+    assert gres_to_nvml([0], devices, nvml_minors) == ([7], "minor, unreadable")
+    assert gres_to_nvml([1], devices, nvml_minors) == ([6], "minor")
+
+
 def test_devices_dir_per_node():
     assert devices_dir("/var/lab/fakedev/{node}", "gpu2") == "/var/lab/fakedev/gpu2"
     assert devices_dir("/dev", "gpu2") == "/dev"

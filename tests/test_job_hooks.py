@@ -175,6 +175,23 @@ def test_prolog_maps_gres_indices_through_minor_numbers(node, tmp_path):
     assert prolog.main([]) == 0
     entry = journal(node)[-1]
     assert entry["job_gpus"] == [7] and entry["mapping"] == "minor"
-    inject(node, "gpu.7.state=lost")
+    from tests.conftest import run_cli
+
+    assert run_cli(["sim", "reset", "--config", node["config"], "gpu1"]).exit_code == 0
+    # NVML cannot read a lost GPU's minor number: the unreadable GPU is the one judged
+    inject(node, *[f"gpu.{i}.minor_number={7 - i}" for i in range(8)], "gpu.7.state=lost")
     assert prolog.main([]) == 1
-    assert any("gpu.lost" in f for f in journal(node)[-1]["findings"])
+    entry = journal(node)[-1]
+    assert entry["job_gpus"] == [7] and entry["mapping"] == "minor, unreadable"
+    assert any("gpu.lost" in f for f in entry["findings"])
+
+
+def test_an_xid_on_another_jobs_gpu_is_not_this_jobs_evidence(node):
+    assert prolog.main([]) == 0                       # the job has GPUs 2 and 3
+    inject(node, "gpu.5.state=lost", "--log", XID79.format(pci=kernel_pci(node, 5)))
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "1:0")
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "FAILED" and record["evidence"] == []
+    assert outbox.pending(node["state"]) == {}
