@@ -55,3 +55,18 @@ def test_the_logrotate_example_only_touches_the_journals_rotated_generation():
     assert paths == [f"{state_dir}/{JOURNAL_DIR}/*.jsonl.1"]
     body = text.split("{", 1)[1]
     assert "copytruncate" not in body and "nocreate" in body and "delaycompress" in body
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[os.path.basename(p) for p in PAGES])
+def test_the_config_keys_a_page_names_exist(page):
+    """`[section] key` in a page, for a config section, is a key the validator knows (docs follow
+    renames). Other sections are simulator profiles' ([node], [expect])."""
+    from .test_docs_configuration import schema_keys
+
+    known = schema_keys()
+    sections = {key.split(".")[0] for key in known}
+    named = set(re.findall(r"`\[(\w+)\] (\w+)", _read(page)))
+    wrong = sorted(f"[{section}] {key}" for section, key in named
+                   if section in sections and not any(k == f"{section}.{key}" or k.startswith(f"{section}.{key}.")
+                                                          for k in known))
+    assert not wrong, f"{os.path.basename(page)} names config keys the validator does not know: {', '.join(wrong)}"
