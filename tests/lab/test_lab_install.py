@@ -88,10 +88,12 @@ def test_following_install_md_runs_a_job_through_the_installed_hooks(lab, built_
         current = opt / "slurm-gpu-hooks" / "current"
         assert os.readlink(current) == version and (current / "bin" / "slurm-gpu-prolog").is_file()
 
-        # Step 3: the admin writes the config at the documented path; here, for the lab's nodes.
+        # Step 3: the admin writes the config at the documented path; here, for the lab's nodes
+        # (simulated GPUs, slurm.conf where the lab has it, gres.conf's device files).
         os.makedirs(CONFIG_DIR, mode=0o755, exist_ok=True)
         _write(CONFIG, f'[paths]\nstate_dir = "{state}"\n[gpu]\nbackend = "sim"\n[sim]\nprofile = "h100-healthy"\n'
                        f'[slurm]\nconf = "{slurm_conf}"\n'
+                       f'[prolog]\ngpu_devices = "{os.path.join(lab.paths.fakedev, "{node}")}"\n'
                        '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n')
         run("config")
         run("check")
