@@ -58,7 +58,16 @@ class Report:
         A second call saves nothing.
         """
         pending, self.pending = self.pending, []
-        return [problem for problem in (step() for step in pending) if problem is not None]
+        problems = []
+        for step in pending:
+            try:
+                problem = step()
+            except Exception as exc:  # noqa: BLE001 - a bug while saving must not break the hook after it acted
+                problem = Finding(check="check.error", status="error", action="none",
+                                  message=f"state not saved: {type(exc).__name__}: {exc}")
+            if problem is not None:
+                problems.append(problem)
+        return problems
 
     def add(self, findings: Iterable[Finding]) -> None:
         """Add findings that are not ok (e.g. what ``commit`` returned) and update the status."""
@@ -224,7 +233,7 @@ def _samples(samplers, inp: CheckInput):
 def _save_history(store, samples: Dict[str, Any], inp: CheckInput) -> Optional[Finding]:
     try:
         store.record(samples, inp.now)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, OverflowError) as exc:   # OverflowError: a counter beyond a float
         return inp.finding("probe.error", "error", f"counter history not saved: {_os_text(exc)}",
                            evidence={"path": store.path})
     return None

@@ -149,3 +149,27 @@ def test_an_unknown_extra_read_is_refused(tmp_path):
     for bad in ("nvml:nope", "dcgm", "ib:counters", "smart"):
         with pytest.raises(ValueError, match="unknown extra read"):
             run_checks(cfg, "n1", "prolog", sources=sim(tmp_path, "h100-healthy.toml"), extra_reads=[bad])
+
+
+def test_commit_never_raises(tmp_path):
+    """A bug or an absurd counter while saving is a finding, not an exception in the hook."""
+    from healthcheck.runner import Report
+
+    def broken():
+        raise ZeroDivisionError("oops")
+
+    report = Report(node="n1", status="ok", pending=[broken, lambda: None])
+    [problem] = report.commit()
+    assert (problem.check, problem.status, problem.action) == ("check.error", "error", "none")
+    assert "ZeroDivisionError: oops" in problem.message and report.commit() == []
+
+
+def test_a_counter_too_big_for_a_float_is_a_finding_at_commit(tmp_path):
+    state = tmp_path / "state"
+    cfg = make_config(hardware=hardware_for("H100"), state_dir=str(state), tiers={"health": ["ib.counters"]})
+    sources = sim(state, "h100-healthy.toml")
+    counters = state / "sim" / "n1" / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+    (counters / "symbol_error").write_text("1" + "0" * 400 + "\n")
+    report = run_checks(cfg, "n1", "health", sources=sources)
+    problems = report.commit()
+    assert [p.check for p in problems] == ["probe.error"] and "counter history not saved" in problems[0].message
