@@ -1,7 +1,9 @@
-"""Find the few lines worth parsing in a stream of log bytes, at close to grep's speed.
+"""Find the few lines worth parsing in a stream of log bytes, at grep's speed.
 
-Chunks are searched with ``bytes.find`` for the parser's needles (C speed, no per-line Python
-work); only a line holding a needle is cut out and handed on. Memory stays bounded: one chunk
+Chunks are searched for the parser's needles with ``fastfind.find`` (glibc's memmem, else
+``bytes.find``: C speed, no per-line Python work); only a line holding a needle is cut out and
+handed on, as ``bytes``. A chunk may be a ``bytearray`` that the reader fills again after
+``feed`` returns: nothing here keeps a reference to it. Memory stays bounded: one chunk
 plus at most ``MAX_LINE`` bytes of a line that spans chunks; the rest of an overlong line is
 skipped (its head, where the kernel text starts, is what matters).
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
+from .fastfind import find
 from .parser import NEEDLES
 
 CHUNK = 2 * 1024 * 1024
@@ -135,12 +138,12 @@ class LineScanner:
         """Hand on each line in chunk[start:end] (whole lines) that holds a needle, once."""
         starts = []
         for needle in NEEDLES:
-            hit = chunk.find(needle, start, end)
+            hit = find(chunk, needle, start, end)
             while hit >= 0:
                 line_start = chunk.rfind(b"\n", start, hit) + 1 or start
                 starts.append(line_start)
                 line_end = chunk.find(b"\n", hit, end)
-                hit = chunk.find(needle, line_end + 1, end)
+                hit = find(chunk, needle, line_end + 1, end)
         if not starts:
             return
         for line_start in sorted(set(starts)):
@@ -149,7 +152,7 @@ class LineScanner:
                 self.stats.overlong_lines += 1
                 line_end = line_start + MAX_LINE
             self._line_start = self._offset + line_start
-            self._emit(chunk[line_start:line_end])
+            self._emit(bytes(chunk[line_start:line_end]))
             if self.stopped:
                 return
 
