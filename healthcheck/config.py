@@ -9,11 +9,9 @@ import copy
 import fnmatch
 import functools
 import os
-import socket
-from importlib import resources
 from typing import Any, Dict, List, Mapping, Optional
 
-from . import tomlio
+from . import datafiles, tomlio
 from .findings import ACTIONS, action_for
 from .kernellog.events import XID_ACTIONS
 from .facts import NVML_DRIVER_FACTS
@@ -221,7 +219,7 @@ def builtin_defaults() -> Dict[str, Any]:
 @functools.lru_cache(maxsize=1)
 def _parsed_defaults() -> Dict[str, Any]:
     # Read and parsed once per process: every config load, validation and XidSettings shares it.
-    text = resources.files("healthcheck").joinpath("data/defaults.toml").read_text("utf-8")
+    text = datafiles.read_text("defaults.toml")
     return tomlio.loads(text)
 
 
@@ -366,4 +364,8 @@ def _check_id_problems(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Pr
 
 def node_name(explicit: Optional[str] = None, env: Mapping[str, str] = os.environ) -> str:
     """``--node``, else ``SLURMD_NODENAME`` (several slurmd may share a host), else the short hostname."""
-    return explicit or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    if explicit or env.get("SLURMD_NODENAME"):
+        return explicit or env["SLURMD_NODENAME"]
+    import socket  # only here: Slurm always names the node to its hooks, and socket costs ~4 ms to import
+
+    return socket.gethostname().split(".")[0]

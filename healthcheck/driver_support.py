@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Dict, FrozenSet, Optional, Tuple
+
+from . import datafiles
 
 # The branches modelled, oldest first. A driver between two branches has the older one's
 # functions; one older than the first is treated as the first.
@@ -29,7 +30,7 @@ class NvmlFunction:
 
 @lru_cache(maxsize=1)
 def functions() -> Dict[str, NvmlFunction]:
-    text = resources.files("healthcheck").joinpath("data/nvml-functions.tsv").read_text("utf-8")
+    text = datafiles.read_text("nvml-functions.tsv")
     out: Dict[str, NvmlFunction] = {}
     rows = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
     for line in rows[1:]:    # the header

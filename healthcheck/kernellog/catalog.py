@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
+from .. import datafiles
 from .events import XID_ACTIONS, XidEvent, stronger
 
 UNKNOWN_BUCKET = "UNKNOWN"
@@ -62,7 +62,7 @@ class BucketMapping:
 
 
 def _data_lines(name: str) -> Iterator[List[str]]:
-    text = resources.files("healthcheck").joinpath(f"data/{name}").read_text("utf-8")
+    text = datafiles.read_text(name)
     header_seen = False
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):

@@ -4,10 +4,9 @@ from __future__ import annotations
 import copy
 import os
 import re
-from importlib import resources
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import tomlio
+from .. import datafiles, tomlio
 from ..facts import NVML_UNSUPPORTED_NAMES
 from ..fsutil import name_problem
 from ..schema import Field, Problem, merge, validate
@@ -121,7 +120,7 @@ class ProfileError(Exception):
 
 
 def _sim_defaults() -> Dict[str, Any]:
-    text = resources.files("healthcheck").joinpath("data/sim-defaults.toml").read_text("utf-8")
+    text = datafiles.read_text("sim-defaults.toml")
     return tomlio.loads(text)
 
 

@@ -7,15 +7,16 @@ The shipped files live in ``healthcheck/data/sim/`` (package data), the one copy
 from __future__ import annotations
 
 import os
-from importlib import resources
 from typing import List, Optional
+
+from .. import datafiles
 
 SUFFIX = ".toml"
 
 
 def shipped_dir() -> str:
     """The directory holding the shipped profiles (a plain directory in any pip install)."""
-    return str(resources.files("healthcheck").joinpath("data").joinpath("sim"))
+    return datafiles.data_path("sim")
 
 
 def shipped_names() -> List[str]:
