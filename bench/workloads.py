@@ -25,10 +25,9 @@ SCAN_PROBE = ("import sys\n"
               "scan_events(sys.argv[1])\n")
 # The floor of the summary: read the same lines and split them, nothing else.
 SPLIT_PROBE = ("import sys\n"
-               "n = 0\n"
                "with open(sys.argv[1], encoding='utf-8', errors='replace') as handle:\n"
                "    for line in handle:\n"
-               "        n += len(line.rstrip('\\n').split('|'))\n")
+               "        line.split('|')\n")
 
 
 def write_kernel_log(path: str, size: int, xid_every: Optional[int] = XID_EVERY) -> int:
@@ -80,6 +79,11 @@ def hook_module(hook: str) -> str:
     if not found:
         raise SystemExit(f"bench: no console script {name} installed: run `source scripts/bootstrap.sh` first")
     return found[0].value.split(":")[0]
+
+
+def has_summary(command: Sequence[str], env: Dict[str, str]) -> bool:
+    """Whether this tree's ``slurm-gpu`` has ``summary --input`` (it prints its sacct fields)."""
+    return summary_fields(command, env) is not None
 
 
 def summary_fields(command: Sequence[str], env: Dict[str, str]) -> Optional[List[str]]:
@@ -212,66 +216,22 @@ class HookNode:
 
 
 # -- sacct lines for the summary ------------------------------------------------------------------
-_STATES = [("COMPLETED", "0:0", 70), ("FAILED", "1:0", 11), ("CANCELLED by 1000", "0:15", 7), ("TIMEOUT", "0:0", 5),
-           ("OUT_OF_MEMORY", "0:125", 2), ("PREEMPTED", "0:0", 2), ("REQUEUED", "0:0", 1), ("NODE_FAIL", "0:0", 1),
-           ("RUNNING", "0:0", 1)]
-_HW = [("GPU_LOST", 79), ("GPU_ECC", 48), ("GPU_XID", 31), ("NVLINK", 74), ("INFINIBAND", None)]
+def write_sacct(path: str, jobs: int, seed: int = 1) -> int:
+    """``jobs`` jobs of ``sacct -a -D -X -P`` text in ``slurm-gpu summary --sacct-format``'s field
+    order: ``bench/gen_sacct.py``, the project's one generator of accounting (its docstring says
+    what the file holds). Returns the rows written."""
+    from gen_sacct import write_jobs
+
+    return write_jobs(path, jobs, seed=seed)
 
 
-def write_sacct(path: str, fields: Sequence[str], jobs: int, seed: int = 7) -> None:
-    """``jobs`` lines of ``sacct -a -D -X -P`` for ``fields``, a few months of a 256-node GPU
-    cluster: mostly completed jobs, some with this tool's AdminComment entries, a few
-    hardware failures, a jobstats blob here and there. Fields this generator does not know
-    are left empty (as sacct prints an unset field)."""
-    import json
-
-    rng = random.Random(seed)
-    states = [s for s, _, w in _STATES for _ in range(w)]
-    exits = {s: e for s, e, _ in _STATES}
-    users = [f"user{n:03d}" for n in range(120)]
-    start = int(time.time()) - 120 * 86400
-    iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))  # noqa: E731
-    with open(path, "w", encoding="utf-8") as out:
-        out.write("|".join(fields) + "\n")
-        for n in range(jobs):
-            job = 1_000_000 + n
-            state = rng.choice(states)
-            nnodes = rng.choice((1, 1, 1, 1, 2, 4, 8, 16))
-            first = rng.randrange(1, 257 - nnodes)
-            nodelist = f"gpu{first:03d}" if nnodes == 1 else f"gpu[{first:03d}-{first + nnodes - 1:03d}]"
-            submit = start + n * 10
-            began = submit + rng.randrange(0, 3600)
-            elapsed = rng.randrange(30, 86400)
-            gpus = 8 * nnodes
-            comment = ""
-            if rng.random() < 0.6:
-                cls = state.split()[0]
-                entries = []
-                if state in ("FAILED", "NODE_FAIL") and rng.random() < 0.08:
-                    cls, xid = rng.choice(_HW)
-                    hw = {"v": 1, "node": nodelist.replace("[", "").split("-")[0].split(",")[0], "class": cls,
-                          "gpu": rng.randrange(8), "t": began + elapsed}
-                    if xid:
-                        hw["xid"] = xid
-                    entries.append("SGH1:" + json.dumps(hw, separators=(",", ":")))
-                entries.append("SGH1:" + json.dumps({"v": 1, "node": "*", "class": cls, "nodes": nodelist,
-                                                     "t": began + elapsed}, separators=(",", ":")))
-                comment = " ".join(entries)
-            if rng.random() < 0.2:
-                comment = ("JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTtVRUCopSsxLT1WyUkrOz81NzSvJzEtXqgUAZqK0GSIAAAA= "
-                           + comment).strip()
-            values = {
-                "JobIDRaw": str(job), "JobID": str(job) if rng.random() < 0.9 else f"{job - 5}_{rng.randrange(100)}",
-                "DBIndex": str(5_000_000 + n), "User": rng.choice(users), "Account": f"proj{rng.randrange(30):02d}",
-                "Partition": rng.choice(("gpu", "gpu", "gpu", "low", "high")), "State": state,
-                "ExitCode": exits[state], "Submit": iso(submit), "Start": iso(began),
-                "End": "Unknown" if state == "RUNNING" else iso(began + elapsed), "ElapsedRaw": str(elapsed),
-                "Elapsed": f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
-                "AllocTRES": f"billing={8 * gpus},cpu={8 * gpus},gres/gpu={gpus},mem={64 * gpus}G,node={nnodes}",
-                "NNodes": str(nnodes), "NodeList": nodelist, "AdminComment": comment,
-                "JobName": rng.choice(("train", "eval", "llama-70b-sft", "bash", "nccl-tests", "data prep")),
-            }
-            out.write("|".join(values.get(f, "") for f in fields) + "\n")
+def summary_workers(path: str) -> int:
+    """How many processes ``slurm-gpu summary --input`` reads ``path`` with (1 when it cannot say)."""
+    try:
+        from slurm_hooks.summary.parallel import workers_for
+    except ImportError:
+        return 1
+    return workers_for(path, None)
 
 
 if __name__ == "__main__":  # pragma: no cover - a helper for trying the generators by hand
