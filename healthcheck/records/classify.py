@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from .. import tomlio
+from .. import datafiles, tomlio
 from .classes import CLASSES, HARDWARE_CLASSES, UNKNOWN
 
 Evidence = Dict[str, Any]
@@ -37,7 +36,7 @@ Evidence = Dict[str, Any]
 
 @functools.lru_cache(maxsize=1)
 def rules() -> Dict[str, Any]:
-    text = resources.files("healthcheck").joinpath("data/job-classes.toml").read_text("utf-8")
+    text = datafiles.read_text("job-classes.toml")
     data = tomlio.loads(text)
     unknown = [c for c in data["hardware_precedence"] if c not in HARDWARE_CLASSES]
     if unknown:
