@@ -86,6 +86,17 @@ def has_summary(command: Sequence[str], env: Dict[str, str]) -> bool:
     return summary_fields(command, env) is not None
 
 
+def reads_to_catch_up(config_path: str, log_bytes: int) -> int:
+    """Untimed health-check runs that read a ``log_bytes`` backlog to its end, one read budget each."""
+    try:
+        from healthcheck.config import Config
+
+        budget = int(Config.load(config_path).section("xid").get("read_budget_bytes") or log_bytes)
+    except Exception:  # noqa: BLE001 - an older tree without the key: one run reads it all
+        budget = log_bytes
+    return 1 + log_bytes // max(budget, 1)
+
+
 def summary_fields(command: Sequence[str], env: Dict[str, str]) -> Optional[List[str]]:
     """The sacct fields ``slurm-gpu summary --input`` reads, or None when this tree has no summary."""
     try:
