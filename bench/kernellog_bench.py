@@ -4,7 +4,7 @@
 Writes a realistic syslog-format log (1 GB by default; Xids rare), then times, alternately and
 from the page cache, ``grep -c Xid FILE`` and ``slurm-gpu``'s scanner (``scan_events``: prefilter,
 parse, catalog, folding) in a fresh Python process each. Prints grep's time divided by ours
-(target: at least 0.5) and the scanner's peak RSS. A measurement, not a test: nothing fails.
+(target: at least 1.0, issue 13; `bench/run` measures it with the other figures) and the scanner's peak RSS. A measurement, not a test: nothing fails.
 
     python3 bench/kernellog_bench.py                  # 1 GB in a temp dir, deleted afterwards
     python3 bench/kernellog_bench.py --size 64M       # a quick run
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
         print(f"ours (process, incl. start-up):   {our_s:.3f} s (scan alone {scan_s:.3f} s; "
               f"{ours[-1]['candidates']} candidate lines -> {ours[-1]['events']} events)")
         print(f"peak RSS (ours):                  {peak / 1024:.1f} MiB")
-        print(f"ratio grep_time/our_time:         {grep_s / our_s:.2f}   (target >= 0.5)")
+        print(f"ratio grep_time/our_time:         {grep_s / our_s:.2f}   (target >= 1.0)")
         print(f"ratio vs the same-needles grep:   {like_s / our_s:.2f}")
         print(f"throughput (ours):                {actual / our_s / (1 << 20):.0f} MiB/s")
         if actual < 256 << 20:
