@@ -22,6 +22,7 @@ DEFAULT_CONFIG_PATH = "/etc/slurm-gpu-hooks/config.toml"
 CONFIG_ENV = "SLURM_GPU_HOOKS_CONFIG"
 
 TIERS = ("prolog", "health", "deep")
+RESUME_MODES = ("auto", "after_reboot", "never")
 
 
 def hostlist_problem(expression: str) -> Optional[str]:
@@ -170,6 +171,27 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "levels": Field(dict, values=Field(int, minimum=1, maximum=4)),
         # dcgmi diag runs in the deep tier (slurm-gpu check), not in a hook: level 3 takes ~15 min.
         "timeout_s": Field(float, minimum=0, maximum=4 * 3600.0),
+    },
+    "health": {
+        "deadline_s": Field(float, minimum=1, check=lambda v: None if v < 60 else "must stay below slurmd's 60 s kill",
+                            doc="seconds, below 60"),
+        "confirm_runs": Field(int, minimum=1),
+        "confirm": Field(dict, values=Field(int, minimum=1)),
+        "boot_grace_runs": Field(int, minimum=0),
+        "inspect_after_reboots": Field(int, minimum=1),
+        "inspect_after_reboots_xid": Field(dict, values=Field(int, minimum=1), check=_xid_code_keys_problem,
+                                           doc=_XID_KEY_DOC),
+        "resume_default": Field(str, choices=RESUME_MODES),
+        "resume": Field(dict, values=Field(str, choices=RESUME_MODES)),
+        "resume_xid_action": Field(dict, values=Field(str, choices=RESUME_MODES)),
+        "drain_on_probe_timeout": Field(bool),
+        "budget_enabled": Field(bool),
+        "budget_max_nodes": Field(int, minimum=0),
+        "budget_max_fraction": Field(float, minimum=0, check=lambda v: None if v <= 1 else "is a fraction",
+                                     doc="0 to 1"),
+        "budget_window_s": _NUMBER,
+        "textfile_dir": Field(str, doc="a directory; empty: <state_dir>/health"),
+        "syslog": Field(bool),
     },
     "slurm": {
         "bin_dir": Field(str, doc="directory of scontrol/sacct; empty: search the usual places"),
@@ -355,6 +377,15 @@ def _check_id_problems(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Pr
             if not known(check_id, CHECKS):
                 problems.append((f"tiers.{tier}[{index}]", f"unknown check id {check_id!r}",
                                  "one of " + ", ".join(sorted(CHECKS))))
+    health = doc.get("health", {})
+    for table in ("confirm", "resume"):
+        for check_id in health.get(table, {}):
+            if not known(check_id, FINDING_IDS) and check_id != "kernel.xid.repeat":
+                problems.append((f'health.{table}."{check_id}"', "unknown check id",
+                                 "one of " + ", ".join(sorted(FINDING_IDS))))
+    for action in health.get("resume_xid_action", {}):
+        if action not in XID_ACTIONS:
+            problems.append((f"health.resume_xid_action.{action}", "unknown Xid action", "one of " + ", ".join(XID_ACTIONS)))
     names = defaults.get("thresholds", {})
     for name in doc.get("thresholds", {}):
         if name not in names:

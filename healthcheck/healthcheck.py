@@ -1,30 +1,168 @@
 """``slurm-gpu-healthcheck``: Slurm's HealthCheckProgram.
 
 Slurm gives it no environment but SLURMD_NODENAME (no PATH, no SLURM_CONF) and ignores its
-exit status, so anything it concludes must be acted on by the program itself.
+exit status, so anything it concludes must be acted on by the program itself: it runs the
+health tier, decides (``healthcheck.actions``) and drains or resumes its own node
+(``healthcheck.health.run``). The whole run has a deadline below slurmd's 60-second kill.
+
+It fails open: a broken config, a bug or the watchdog firing is one loud line and exit 0,
+never a drain. Bad command-line input is one line and exit 2. Kept lean: no click, no jinja2.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import signal
 import sys
 from typing import Optional, Sequence
+
+PROG = "slurm-gpu-healthcheck"
+
+
+class Watchdog(Exception):
+    """The whole run took longer than ``[health] deadline_s``."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:          # one line, exit 2; never argparse's usage dump
+        print(f"{PROG}: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = _Parser(prog=PROG, description="Check this node's GPUs and links; drain or resume it in Slurm.")
+    parser.add_argument("--config", help="config file (default: $SLURM_GPU_HOOKS_CONFIG, else /etc/slurm-gpu-hooks/config.toml)")
+    parser.add_argument("--node", help="node name (default: $SLURMD_NODENAME, else the short hostname)")
+    parser.add_argument("--dry-run", action="store_true", help="decide and print the scontrol call; change nothing")
+    parser.add_argument("--json", action="store_true", help="print the decision as JSON")
+    return parser.parse_args(argv)
+
+
+def _load_config(path: Optional[str]):
+    from .config import Config, ConfigError
+    from .hookenv import load_config_or_none
+
+    if path is None:
+        return load_config_or_none(os.environ, "healthcheck")
+    try:
+        return Config.load(path, os.environ)
+    except ConfigError as exc:
+        print(f"{PROG}: {exc.lines()[0]}", file=sys.stderr)
+    except OSError as exc:
+        print(f"{PROG}: {path}: {exc.strerror or exc}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _on_alarm(signum, frame):
+    raise Watchdog()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from .hookenv import run_hook
 
-    return run_hook("healthcheck", lambda: _run(argv))
+    return run_hook("healthcheck", lambda: _main(argv))
 
 
-def _run(argv: Optional[Sequence[str]]) -> int:
-    from .config import node_name
-    from .hookenv import journal, load_config_or_none
-
-    config = load_config_or_none(os.environ, "healthcheck")
+def _main(argv: Optional[Sequence[str]]) -> int:
+    args = parse(argv)
+    config = _load_config(args.config)
     if config is None:
         return 0
-    journal(config, "healthcheck", node_name(None, os.environ), None, result="not-implemented")
+    from .config import node_name
+    from .hookenv import journal
+
+    try:
+        node = node_name(args.node, os.environ)
+    except ValueError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        deadline = float(config.section("health")["deadline_s"])
+    except (KeyError, TypeError, ValueError):
+        deadline = 45.0
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, deadline)
+    try:
+        result = _run(config, node, args.dry_run)
+    except Watchdog:
+        _kill_children()
+        print(f"{PROG}: {node}: the run took longer than {deadline:g} s ([health] deadline_s) and was stopped; "
+              "nothing drained, nothing committed: the next run starts over", file=sys.stderr)
+        journal(config, "healthcheck", node, None, result="watchdog")
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the tool being broken is never the node being broken
+        print(f"{PROG}: {node}: internal error, nothing done: {type(exc).__name__}: {exc}", file=sys.stderr)
+        journal(config, "healthcheck", node, None, result="error", error=f"{type(exc).__name__}: {exc}")
+        return 0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    if args.json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+    elif args.dry_run or sys.stdout.isatty():
+        print(_human(result))
+    if not args.dry_run:
+        journal(config, "healthcheck", node, None, result=result.decision.kind, rule=result.decision.rule,
+                status=result.report.status, pending=len(result.tally.pending), committed=result.committed)
     return 0
+
+
+def _kill_children() -> None:
+    """The watchdog fired: end what this run started (a probe child stuck on the driver, a
+    Slurm command), so nothing of it outlives the run."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children", encoding="ascii") as handle:
+                children = [int(pid) for pid in handle.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _run(config, node: str, dry_run: bool):
+    from .health.outputs import write_all
+    from .health.policy import HealthPolicy
+    from .health.run import POST_DECISION_STEPS, run_health
+    from .slurm import backend_from_config
+    from .sources import node_sources
+
+    policy = HealthPolicy.from_config(config)
+    sources = node_sources(config, node)
+    result = run_health(config, node, backend_from_config(config), sources, dry_run=dry_run)
+    if dry_run:
+        return result
+    for problem in write_all(result, sources.state_dir, policy.textfile_dir, policy.syslog):
+        print(f"{PROG}: {node}: {problem}", file=sys.stderr)
+    for step in POST_DECISION_STEPS:
+        try:
+            step(result, config)
+        except Exception as exc:  # noqa: BLE001 - a later step never undoes the decision
+            print(f"{PROG}: {node}: post-decision step {getattr(step, '__name__', step)} failed: {exc}",
+                  file=sys.stderr)
+    return result
+
+
+def _human(result) -> str:
+    decision = result.decision
+    lines = [f"{result.node}: {decision.kind} [{decision.rule}] {decision.why}"]
+    if decision.reason:
+        lines.append(f"  reason:   {decision.reason}")
+    if result.applied.argv:
+        lines.append("  scontrol: " + " ".join(json.dumps(arg) if " " in arg else arg for arg in result.applied.argv))
+    for finding in result.report.findings:
+        lines.append(f"  {finding.status:5} {finding.check}: {finding.message}")
+    for cause, count, needed in result.tally.pending:
+        lines.append(f"  pending  {cause.key}: failing {count} of {needed} runs needed to drain")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

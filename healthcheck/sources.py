@@ -20,6 +20,7 @@ class NodeSources:
     kernel_log: str           # "auto" | "kmsg" | "journal" | a file path
     state_dir: str            # where this node's state lives (cursors, counter history)
     simulated: bool = False
+    boot_id_path: str = "/proc/sys/kernel/random/boot_id"   # changes at every boot
 
 
 def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeSources:
@@ -30,7 +31,8 @@ def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeS
     sim.ensure()
     sim_nvml._bind(sim.live_path)
     return NodeSources(node=node, nvml=sim_nvml, sysfs_root=sim.sysfs_root,
-                       kernel_log=sim.kernel_log_path, state_dir=state_dir, simulated=True)
+                       kernel_log=sim.kernel_log_path, state_dir=state_dir, simulated=True,
+                       boot_id_path=sim.boot_id_path)
 
 
 def node_sources(config: Config, node: str) -> NodeSources:

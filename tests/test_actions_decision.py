@@ -133,6 +133,22 @@ def test_resume_waits_while_a_job_completes():
     check("resume-wait-completing", decide("gpu2", node("IDLE+COMPLETING+DRAIN", OUR_ECC), [], POLICY), "leave-alone")
 
 
+def test_resume_waits_while_a_drain_finding_is_still_being_confirmed():
+    check("resume-wait-pending", decide("gpu2", node("IDLE+DRAIN", OUR_ECC), [], POLICY, causes=[], pending=True), "none")
+
+
+def test_only_the_given_causes_drain():
+    """The health check passes only confirmed causes; the others do not drain yet."""
+    check("healthy", decide("gpu2", node(), [ECC], POLICY, causes=[]), "none")
+    decision = check("drain", decide("gpu2", node(), [ECC, XID], POLICY, causes=[reason_for(XID)]), "drain")
+    assert decision.reason == OUR_XID
+
+
+def test_the_resume_mode_recorded_for_a_cause_wins_over_the_check_default():
+    policy = Policy(resume_by_check={"kernel.xid": "auto"}, resume_by_cause={"kernel.xid gpu5 xid:79": "never"})
+    check("resume-never", decide("gpu2", node("IDLE+DRAIN", OUR_XID), [], policy), "none")
+
+
 def test_a_cause_that_needs_an_admin_is_never_resumed():
     policy = Policy(resume_by_check={"gpu.remap.failed": "never"})
     reason = "gpu-hooks: v1 gpu.remap.failed gpu1 uncorrectable_rows:3; no spare rows left"

@@ -62,3 +62,29 @@ def test_every_node_of_a_cluster_listing(tmp_path):
     nodes = [CliBackend()._node_from_fields(parse_scontrol_record(line)) for line in lines]
     assert [(n.name, n.state, n.reason_user) for n in nodes] == [
         ("gpu1", "IDLE+DRAIN", "root"), ("gpu2", "IDLE+DRAIN", "root"), ("gpu3", "IDLE", "")]
+
+
+def test_sinfo_json_gives_flags_who_and_when_as_epoch():
+    import json
+
+    from healthcheck.slurm.cli_backend import node_from_sinfo
+
+    with open(os.path.join(FIXTURES, "sinfo-json-two-drained.json"), encoding="utf-8") as handle:
+        doc = json.load(handle)
+    nodes = {item["name"]: node_from_sinfo(item) for item in doc["nodes"]}
+    assert nodes["gpu1"].state == "IDLE+DRAIN" and nodes["gpu1"].drained
+    assert nodes["gpu1"].reason.startswith("gpu-hooks: v1 kernel.xid gpu5 xid:79")
+    assert (nodes["gpu1"].reason_user, nodes["gpu1"].reason_epoch) == ("root", 1796049789.0)
+    assert nodes["gpu1"].partitions == ["low", "high"]
+    assert nodes["gpu2"].reason == "disk replaced, ticket 4711" and not nodes["gpu3"].drained
+    with open(os.path.join(FIXTURES, "sinfo-json-drained-not-responding.json"), encoding="utf-8") as handle:
+        gpu2 = node_from_sinfo(json.load(handle)["nodes"][1])
+    assert gpu2.state == "IDLE+DRAIN+NOT_RESPONDING" and not gpu2.responding
+
+
+def test_scontrol_reason_time_and_partitions():
+    node = node_from("drained_ours")
+    assert node.partitions == ["low", "high"]
+    import time
+
+    assert node.reason_epoch == time.mktime(time.strptime("2026-11-30T14:43:09", "%Y-%m-%dT%H:%M:%S"))

@@ -42,8 +42,11 @@ class Policy:
     max_reason_len: int = DEFAULT_MAX_LEN
     resume_default: str = "auto"                 # auto | after_reboot | never
     resume_by_check: Mapping[str, str] = field(default_factory=dict)
+    resume_by_cause: Mapping[str, str] = field(default_factory=dict)   # DrainReason.cause -> mode (as recorded)
 
     def resume_mode(self, cause: DrainReason) -> str:
+        if cause.cause in self.resume_by_cause:
+            return self.resume_by_cause[cause.cause]
         return self.resume_by_check.get(cause.check or "", self.resume_default)
 
     @classmethod
@@ -78,6 +81,7 @@ class Situation:
     policy: Policy
     slurm_error: str = ""                        # why Slurm could not be asked
     rebooted_since_drain: Optional[bool] = None  # None: not known
+    pending: bool = False                        # drain findings still waiting for confirmation
 
     @property
     def wanted(self) -> bool:
@@ -197,6 +201,10 @@ RULES: Tuple[Rule, ...] = (
     Rule("resume-wait-completing",
          lambda s: s.out_of_service and s.node.has("COMPLETING"),
          _leave("resume-wait-completing", lambda s: "healthy, but a job is completing: resume on a later run")),
+    Rule("resume-wait-pending",
+         lambda s: s.out_of_service and s.pending,
+         _none("resume-wait-pending", lambda s: "no confirmed cause, but a drain finding is still being "
+                                                "confirmed: not resumed yet")),
     Rule("resume-never",
          lambda s: s.out_of_service and _resume_mode(s) == "never",
          _none("resume-never", lambda s: f"drained by us for {_cause_text(s.ours)}, which needs an admin: "
@@ -224,11 +232,15 @@ def _master_switch(decision: Decision, policy: Policy) -> Decision:
 
 
 def decide(node_name: str, node: Optional[NodeInfo], findings: Sequence[Finding], policy: Policy,
-           slurm_error: str = "", rebooted_since_drain: Optional[bool] = None) -> Decision:
+           slurm_error: str = "", rebooted_since_drain: Optional[bool] = None,
+           causes: Optional[Sequence[DrainReason]] = None, pending: bool = False) -> Decision:
     """The decision for one node. ``node`` is None when Slurm could not be asked (``slurm_error``
-    says why); ``rebooted_since_drain`` matters to causes resumed only after a reboot."""
-    situation = Situation(node_name=node_name, node=node, causes=tuple(drain_causes(findings)),
-                          policy=policy, slurm_error=slurm_error, rebooted_since_drain=rebooted_since_drain)
+    says why); ``rebooted_since_drain`` matters to causes resumed only after a reboot.
+    ``causes`` (default: every drain finding's) are the causes to drain for, e.g. only those
+    confirmed over several runs; ``pending`` says other drain findings wait for confirmation."""
+    wanted = tuple(causes) if causes is not None else tuple(drain_causes(findings))
+    situation = Situation(node_name=node_name, node=node, causes=wanted, policy=policy, slurm_error=slurm_error,
+                          rebooted_since_drain=rebooted_since_drain, pending=pending)
     return _master_switch(rule_for(situation).then(situation), policy)
 
 

@@ -7,11 +7,14 @@ Layout under ``<state_dir>/sim/<node>/``::
     source                the shipped profile it was made from (for ``sim reset``)
     sys/class/infiniband  the rendered IB ports (the sysfs reader's root is ``sys``)
     kern.log              the kernel log (``--log`` lines are appended, never rewritten)
+    boot_id               the node's boot id (``/proc/sys/kernel/random/boot_id``); ``sim reboot``
+                          changes it
 """
 from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .. import tomlio
@@ -30,22 +33,65 @@ class SimNode:
         self.source_path = os.path.join(self.dir, "source")
         self.sysfs_root = os.path.join(self.dir, "sys")
         self.kernel_log_path = os.path.join(self.dir, "kern.log")
+        self.boot_id_path = os.path.join(self.dir, "boot_id")
         self._lock_path = os.path.join(self.dir, ".lock")
 
     # -- lifecycle -------------------------------------------------------------------------
     def ensure(self) -> Dict[str, Any]:
         """The live profile, created from the shipped one on first use."""
         ensure_state_dir(self.state_dir)
-        if os.path.exists(self.live_path) and self._source_unchanged():
+        if os.path.exists(self.live_path) and self._source_unchanged() and os.path.exists(self.boot_id_path):
             return self.load()
         with locked(self._lock_path):
             if os.path.exists(self.live_path) and self._source_unchanged():
+                if not os.path.exists(self.boot_id_path):
+                    self._new_boot()
                 return self.load()
-            return self._start_from_profile()
+            profile = self._start_from_profile()
+            if not os.path.exists(self.boot_id_path):
+                self._new_boot()
+            return profile
 
     def reset(self) -> Dict[str, Any]:
         with locked(self._lock_path):
             return self._start_from_profile()
+
+    def reboot(self) -> Dict[str, Any]:
+        """A reboot: a new boot id, an empty kernel log, and what a reboot clears cleared (a
+        lost or hung GPU answers again, volatile ECC counts restart, pending row remaps and
+        page retirements are applied). What hardware keeps stays: lifetime ECC counts, a row
+        remap failure, a link or port that is down, a missing GPU."""
+        self.ensure()
+        with locked(self._lock_path):
+            live = self.load()
+            for gpu in live["gpu"]:
+                if gpu.get("state") in ("lost", "hang"):
+                    gpu["state"] = "ok"
+                for key in list(gpu.get("ecc", {})):
+                    if key.startswith("volatile_"):
+                        gpu["ecc"][key] = 0
+                rows = gpu.get("remapped_rows")
+                if isinstance(rows, dict) and rows.get("pending"):
+                    rows["pending"] = False
+                if gpu.get("retired_pages_pending"):
+                    gpu["retired_pages_pending"] = False
+            if live.get("node", {}).get("nvml") == "hang":
+                live["node"]["nvml"] = "ok"
+            live["kernel_log"]["lines"] = []
+            self._write(live)
+            atomic_write(self.kernel_log_path, "")
+            self._new_boot()
+            return live
+
+    def boot_id(self) -> str:
+        try:
+            with open(self.boot_id_path, encoding="ascii") as handle:
+                return handle.read().strip()
+        except OSError:
+            return ""
+
+    def _new_boot(self) -> None:
+        atomic_write(self.boot_id_path, str(uuid.uuid4()) + "\n")
 
     def load(self) -> Dict[str, Any]:
         return profiles.complete(tomlio.load_file(self.live_path), self.live_path)

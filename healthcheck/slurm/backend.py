@@ -25,6 +25,8 @@ class NodeInfo:
     reason_user: str = ""
     reason_time: str = ""                   # when the reason was set, as Slurm printed it
     raw: Dict[str, str] = field(default_factory=dict)
+    reason_epoch: Optional[float] = None    # when the reason was set (seconds since the epoch)
+    partitions: List[str] = field(default_factory=list)
 
     @property
     def flags(self) -> List[str]:
@@ -79,6 +81,17 @@ class SlurmBackend(Protocol):
     def accounting(self, job_ids: List[str], fields: List[str],
                    every_incarnation: bool = False) -> List[Dict[str, str]]: ...
     def expand_hostlist(self, expression: str) -> List[str]: ...
+    def sinfo_nodes(self) -> List[NodeInfo]: ...
+
+
+def local_epoch(text: str) -> Optional[float]:
+    """scontrol's "2026-11-30T14:43:09" (the controller's local time) as seconds since the epoch."""
+    import time
+
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
 
 
 def drain_argv(name: str, reason: str) -> Tuple[str, ...]:

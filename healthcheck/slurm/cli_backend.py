@@ -10,7 +10,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .. import bounded
-from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, resume_argv
+from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, local_epoch, resume_argv
 
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 FIELD_SEPARATOR = "\x1f"   # cannot appear in a typed comment, unlike "|"
@@ -70,7 +70,8 @@ class CliBackend:
             reason, user, when = match.group(1), match.group(2), match.group(3)
         return NodeInfo(name=fields.get("NodeName", ""), state=fields.get("State", ""),
                         reason="" if reason == "(null)" else reason, reason_user=user, reason_time=when,
-                        raw=fields)
+                        raw=fields, reason_epoch=local_epoch(when) if when else None,
+                        partitions=[p.strip() for p in fields.get("Partitions", "").split(",") if p.strip() not in ("", "(null)")])
 
     def node(self, name: str) -> NodeInfo:
         out = self.run("scontrol", ["show", "node", "-o", name])
@@ -83,6 +84,22 @@ class CliBackend:
         out = self.run("scontrol", ["show", "node", "-o"])
         return [self._node_from_fields(parse_scontrol_record(line))
                 for line in out.splitlines() if line.startswith("NodeName=")]
+
+    def sinfo_nodes(self) -> List[NodeInfo]:
+        """Every node from ``sinfo --json`` (one query): state with its flags, the reason, who
+        set it and when (epoch seconds, unlike scontrol's local time)."""
+        import json
+
+        out = self.run("sinfo", ["--json"])
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            raise SlurmError("sinfo --json printed no JSON") from None
+        nodes = []
+        for item in doc.get("nodes", []) if isinstance(doc, dict) else []:
+            if isinstance(item, dict) and item.get("name"):
+                nodes.append(node_from_sinfo(item))
+        return nodes
 
     def drain(self, name: str, reason: str) -> None:
         self.run("scontrol", drain_argv(name, reason))
@@ -128,3 +145,20 @@ class CliBackend:
         import hostlist
 
         return hostlist.expand_hostlist(expression)
+
+
+def node_from_sinfo(item: Dict) -> NodeInfo:
+    """One node of ``sinfo --json`` (Slurm 22.05, data_parser 0.0.38) as a NodeInfo."""
+    flags = [str(flag).upper() for flag in item.get("state_flags") or []]
+    state = "+".join([str(item.get("state", "unknown")).upper()] + flags)
+    changed = item.get("reason_changed_at") or None
+    return NodeInfo(name=str(item["name"]), state=state, reason=str(item.get("reason") or ""),
+                    reason_user=str(item.get("reason_set_by_user") or ""),
+                    reason_time=_iso(changed) if changed else "", reason_epoch=float(changed) if changed else None,
+                    partitions=[str(p) for p in item.get("partitions") or []], raw={})
+
+
+def _iso(epoch: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))

@@ -8,6 +8,7 @@ the reason with the caller's name; a resume clears DRAIN, DOWN and FAIL and the 
 from __future__ import annotations
 
 import copy
+import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, resume_argv
@@ -21,6 +22,7 @@ class FakeBackend:
         self.user = user
         self.calls: List[Tuple[str, ...]] = []        # ("node", "gpu1"), ("drain", "gpu1", reason), ...
         self.unreachable: Optional[str] = None         # set: every call raises SlurmError with it
+        self.now: Optional[float] = None               # the clock drains are stamped with (None: real time)
 
     # -- test helpers --------------------------------------------------------------------------
     def add_node(self, name: str, state: str = "IDLE", reason: str = "", reason_user: str = "") -> NodeInfo:
@@ -61,12 +63,17 @@ class FakeBackend:
         self._call("nodes")
         return [copy.deepcopy(node) for node in self._nodes.values()]
 
+    def sinfo_nodes(self) -> List[NodeInfo]:
+        self._call("sinfo_nodes")
+        return [copy.deepcopy(node) for node in self._nodes.values()]
+
     def drain(self, name: str, reason: str) -> None:
         self._call("drain", name, reason)
         node = self._known(name)
         if not node.drained:
             node.state = "+".join(node.state.split("+") + ["DRAIN"])
         node.reason, node.reason_user = reason, self.user
+        node.reason_epoch = self.now if self.now is not None else time.time()
 
     def resume(self, name: str) -> None:
         self._call("resume", name)
@@ -76,6 +83,7 @@ class FakeBackend:
             kept[0] = "IDLE"
         node.state = "+".join(kept) or "IDLE"
         node.reason = node.reason_user = node.reason_time = ""
+        node.reason_epoch = None
 
     def job(self, job_id: str) -> Optional[JobInfo]:
         self._call("job", str(job_id))

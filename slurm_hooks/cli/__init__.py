@@ -17,6 +17,8 @@ SUBCOMMANDS: Dict[str, str] = {
     "slurm-conf": "slurm_hooks.cli.slurm_conf_cmd:slurm_conf",
     "summary": "slurm_hooks.cli.summary_cmd:summary",
     "job": "slurm_hooks.cli.job_cmd:job",
+    "drained": "slurm_hooks.cli.drained_cmd:drained",
+    "resume": "slurm_hooks.cli.drained_cmd:resume",
 }
 
 HELP = {
@@ -28,6 +30,8 @@ HELP = {
     "slurm-conf": "Print the slurm.conf lines that plug the installed hooks into Slurm.",
     "summary": "Why jobs ended, which hardware hurt them, which nodes keep doing it.",
     "job": "How one job ended: its class per node, with the evidence.",
+    "drained": "Drained nodes: who drained them, why, our evidence, what to do.",
+    "resume": "Re-check a node and resume it in Slurm when healthy.",
 }
 
 

@@ -86,6 +86,20 @@ def reset(config_path: Optional[str], node: str) -> None:
 @sim.command()
 @config_option
 @click.argument("node")
+def reboot(config_path: Optional[str], node: str) -> None:
+    """Reboot a simulated node: a new boot id, an empty kernel log, and what a reboot clears
+    cleared (lost GPUs, volatile ECC counts, pending remaps); hardware faults stay.
+
+    Example: slurm-gpu sim reboot gpu2
+    """
+    target = _sim_node(config_path, node)
+    _guard(target.reboot)
+    click.echo(f"{node}: rebooted (boot id {target.boot_id()})")
+
+
+@sim.command()
+@config_option
+@click.argument("node")
 def show(config_path: Optional[str], node: str) -> None:
     """Print a simulated node's live profile as TOML.
 

@@ -1,0 +1,70 @@
+"""What the health check remembers about its node between runs, in
+``<state_dir>/health/<node>.json``: the boot it last saw and how many runs since, consecutive
+failing runs per cause, the Xids seen per boot, and what it drained the node for (the cause,
+how it is resumed, in which boot). A missing or torn file means starting afresh.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+from ..fsutil import atomic_write, path_component, read_state_json
+
+VERSION = 1
+
+
+def health_dir(state_dir: str) -> str:
+    return os.path.join(state_dir, "health")
+
+
+def state_path(state_dir: str, node: str) -> str:
+    return os.path.join(health_dir(state_dir), f"{path_component(node)}.json")
+
+
+@dataclass
+class Drained:
+    cause: str                   # DrainReason.cause of our drain
+    resume_mode: str             # auto | after_reboot | never
+    boot_id: str                 # the boot in which we drained
+    at: float
+    reason: str = ""
+    evidence: List[Dict[str, Any]] = field(default_factory=list)   # the findings we drained for
+
+
+@dataclass
+class NodeState:
+    boot_id: str = ""
+    runs_in_boot: int = 0
+    failing: Dict[str, int] = field(default_factory=dict)
+    xid_boots: Dict[str, List[str]] = field(default_factory=dict)
+    drained: Optional[Drained] = None
+    budget_blocks: int = 0       # drains the budget refused, ever (a counter for the metrics)
+
+    def to_json(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["version"] = VERSION
+        return data
+
+    @classmethod
+    def from_json(cls, data: Optional[Dict[str, Any]]) -> "NodeState":
+        if not data or data.get("version") != VERSION:
+            return cls()
+        try:
+            drained = data.get("drained")
+            return cls(boot_id=str(data.get("boot_id", "")), runs_in_boot=int(data.get("runs_in_boot", 0)),
+                       failing={str(k): int(v) for k, v in dict(data.get("failing", {})).items()},
+                       xid_boots={str(k): [str(b) for b in v] for k, v in dict(data.get("xid_boots", {})).items()},
+                       drained=Drained(**drained) if isinstance(drained, dict) else None,
+                       budget_blocks=int(data.get("budget_blocks", 0)))
+        except (TypeError, ValueError):
+            return cls()
+
+
+def load(state_dir: str, node: str) -> NodeState:
+    return NodeState.from_json(read_state_json(state_path(state_dir, node)))
+
+
+def save(state_dir: str, node: str, state: NodeState) -> None:
+    atomic_write(state_path(state_dir, node), json.dumps(state.to_json(), sort_keys=True) + "\n")
