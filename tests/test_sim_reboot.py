@@ -32,12 +32,15 @@ def test_reboot_changes_the_boot_id_and_clears_what_a_reboot_clears(tmp_path):
     assert node.load() == live
 
 
-def test_reset_keeps_the_boot_id(tmp_path):
+def test_reset_is_a_reboot_into_mended_hardware(tmp_path):
     node = SimNode(str(tmp_path), "gpu1", PROFILE)
     node.ensure()
     before = node.boot_id()
-    node.reset()
+    node.ensure()
     assert node.boot_id() == before
+    node.inject([("gpu.5.remapped_rows.failure", True)])
+    node.reset()
+    assert node.boot_id() != before and node.load()["gpu"][5]["remapped_rows"]["failure"] is False
 
 
 def test_the_cli_reboots(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ Layout under ``<state_dir>/sim/<node>/``::
     sys/class/infiniband  the rendered IB ports (the sysfs reader's root is ``sys``)
     kern.log              the kernel log (``--log`` lines are appended, never rewritten)
     boot_id               the node's boot id (``/proc/sys/kernel/random/boot_id``); ``sim reboot``
-                          changes it
+                          and ``sim reset`` (a reboot into mended hardware) change it
 """
 from __future__ import annotations
 
@@ -47,10 +47,7 @@ class SimNode:
                 if not os.path.exists(self.boot_id_path):
                     self._new_boot()
                 return self.load()
-            profile = self._start_from_profile()
-            if not os.path.exists(self.boot_id_path):
-                self._new_boot()
-            return profile
+            return self._start_from_profile()
 
     def reset(self) -> Dict[str, Any]:
         with locked(self._lock_path):
@@ -127,8 +124,10 @@ class SimNode:
         ensure_dir(self.dir)
         atomic_write(self.source_path, os.path.abspath(self.profile_path) + "\n")
         self._write(profile)
-        # A reset is a reboot: the kernel log starts again (readers see it shrink).
+        # A reset is a reboot into mended hardware: a new boot id, and the kernel log starts
+        # again (readers see it shrink).
         atomic_write(self.kernel_log_path, "".join(line + "\n" for line in profile["kernel_log"]["lines"]))
+        self._new_boot()
         return profile
 
     def _write(self, profile: Dict[str, Any]) -> None:
