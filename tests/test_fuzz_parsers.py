@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import string
 import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
@@ -327,5 +328,6 @@ def test_a_hook_with_a_malformed_config_exits_zero_and_calls_no_slurm_command(tm
         state["valid"] = False
     assume(not state["valid"])
     for command in HOOKS:                     # what slurmd runs: each hook's console-script entry point
+        monkeypatch.setattr(sys, "argv", [command])      # with no arguments (not pytest's)
         assert entry_point(command)() == 0
     assert not [call for call in calls if any(os.path.basename(str(a)) in ("scontrol", "sacctmgr") for a in call[:1])]

@@ -83,6 +83,7 @@ def test_each_entry_point_catches_whatever_its_body_raises(monkeypatch, capsys, 
 
     monkeypatch.setattr(Config, "load", classmethod(broken))
     monkeypatch.setenv("SLURMD_NODENAME", "gpu1")
+    monkeypatch.setattr(sys, "argv", [command])      # what slurmd runs: no arguments (not pytest's)
     main = entry_point(command)
     assert main() == 0
     err = capsys.readouterr().err
