@@ -2,11 +2,14 @@
 sacct itself, not only through the runner's report)."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 
 import pytest
 
 from slurm_hooks.lab import render
+from slurm_hooks.lab.runner import slurm_gpu_argv
 from slurm_hooks.lab.scenarios import load_table, state_matches
 
 pytestmark = pytest.mark.lab
@@ -52,6 +55,23 @@ def test_scenario_reaches_expected_sacct_state(lab, scenario_run, scenario):
     assert state_matches(state, scenario.expect_state), (job_id, state)
     if scenario.expect.get("exit_code"):
         assert exit_code == scenario.expect["exit_code"]
+
+
+@pytest.mark.parametrize("scenario", [s for s in TABLE if s.expect_class], ids=[s.name for s in TABLE if s.expect_class])
+def test_slurm_gpu_job_shows_every_scenarios_class(lab, scenario_run, scenario):
+    """Issue 11: the class a scenario expects is what ``sacct -o AdminComment`` holds (the
+    runner's report checks that) and what ``slurm-gpu job N`` shows an admin."""
+    main = [r for r in scenario_run["by_name"][scenario.name] if r["role"] == "job"][0]
+    if not main["produced"]:
+        assert scenario.expect_state == "OUT_OF_MEMORY" and main["note"].startswith("not produced:")
+        return
+    result = subprocess.run([*slurm_gpu_argv(), "job", str(main["job_id"]), "--json"], capture_output=True,
+                            text=True, env=lab.env, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)
+    assert view["job_id"] == str(main["job_id"]) and "accounting" in view["sources"], view
+    assert view["class"] == scenario.expect_class, view
+    assert main["class"] == scenario.expect_class, main
 
 
 def test_oom_is_produced_where_memory_cgroups_exist(lab, scenario_run):
