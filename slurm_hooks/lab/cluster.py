@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import glob
 import os
+import shutil
 import secrets
 import shlex
 import stat
@@ -159,7 +160,12 @@ def reset_sim_nodes(lab: LabPaths) -> None:
 
     config = Config.load(lab.hooks_config)
     for node in P.NODES:
-        SimNode(config.state_dir, node, config.sim_profile_path(node)).reset()
+        sim = SimNode(config.state_dir, node, config.sim_profile_path(node))
+        # `lab up` starts every node from its profile. The lab's state dir outlives checkouts
+        # (it is machine-wide), so what another version of the simulator left there is removed,
+        # not trusted: a layout this version refuses (a link in the sysfs tree) must not stop the lab.
+        shutil.rmtree(sim.dir, ignore_errors=True)
+        sim.reset()
 
 
 # -- a logger that prints and keeps a copy ------------------------------------------------------
