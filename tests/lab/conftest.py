@@ -26,6 +26,19 @@ def slurm_gpu(*args: str, timeout: float = 120, env=None) -> subprocess.Complete
                           env=env, stdin=subprocess.DEVNULL)
 
 
+def wait_for(what: str, probe, timeout: float = 60, every: float = 0.5):
+    """Poll ``probe`` until it returns something true (returned) or fail the test after ``timeout``
+    seconds. For polling only: no test asserts how long anything took."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}", pytrace=False)
+        time.sleep(every)
+
+
 def tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 

@@ -16,6 +16,8 @@ from healthcheck.hookruns import read_runs
 from healthcheck.slurm.cli_backend import CliBackend
 from slurm_hooks.lab.runner import slurm_env
 
+from .conftest import wait_for as _wait_for
+
 pytestmark = pytest.mark.lab
 
 NODES = ("gpu1", "gpu2", "gpu3")
@@ -35,14 +37,7 @@ def runs(lab, node: str, since: float) -> List[dict]:
 
 
 def wait_for(what: str, probe, limit: float = WAIT):
-    deadline = time.monotonic() + limit
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {limit:g} s", pytrace=False)
-        time.sleep(0.3)
+    return _wait_for(what, probe, timeout=limit, every=0.3)
 
 
 def wait_runs(lab, node: str, since: float, count: int = 2) -> List[dict]:

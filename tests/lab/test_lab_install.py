@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from typing import Dict, List
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from healthcheck.hookruns import read_runs
 
 from ..conftest import ROOT
+from .conftest import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -37,17 +37,6 @@ def doc_blocks() -> Dict[str, str]:
     with open(DOC, encoding="utf-8") as handle:
         text = handle.read()
     return dict(re.findall(r"<!-- tested: ([\w-]+) -->\n```bash\n(.*?)```", text, re.DOTALL))
-
-
-def wait_for(what: str, predicate, timeout: float = 90):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up after {timeout:g} s waiting for {what}", pytrace=False)
-        time.sleep(1)
 
 
 def test_the_doc_marks_the_steps_this_test_follows():
@@ -105,7 +94,7 @@ def test_following_install_md_runs_a_job_through_the_installed_hooks(lab, built_
         assert re.search(rf"^HealthCheckProgram\s+= {re.escape(str(bin_dir))}/slurm-gpu-healthcheck$", shown,
                          re.MULTILINE)
 
-        node = wait_for("an idle lab node", lambda: _idle_nodes(lab)[:1])[0]
+        node = wait_for("an idle lab node", lambda: _idle_nodes(lab)[:1], timeout=90)[0]
         submitted = lab.run("/usr/bin/sbatch", "--parsable", "-w", node, "--gres=gpu:1", "-o", "/dev/null",
                             "--wrap", "true")
         assert submitted.returncode == 0, submitted.stderr
@@ -116,7 +105,7 @@ def test_following_install_md_runs_a_job_through_the_installed_hooks(lab, built_
             have = {(e.get("hook"), e.get("node"), str(e.get("job_id"))) for e in read_runs(str(state))}
             return wanted <= have
 
-        wait_for(f"the installed hooks' journal entries for job {job} on {node}", ran)
+        wait_for(f"the installed hooks' journal entries for job {job} on {node}", ran, timeout=90)
         # Nothing of the lab's own hooks config was involved: their journal has no entry for the job.
         lab_entries = {str(e.get("job_id")) for e in read_runs(lab.paths.state)}
         assert job not in lab_entries

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import pytest
 
 from healthcheck.records import admin_comment as ac
 from slurm_hooks.lab import daemons
 
-from .conftest import slurm_gpu
+from .conftest import slurm_gpu, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -32,17 +32,6 @@ def job_fields(lab, job: str) -> Dict[str, str]:
 
     result = lab.run("scontrol", "show", "job", "-o", job)
     return parse_scontrol_record(result.stdout) if result.returncode == 0 else {}
-
-
-def wait_for(what: str, probe: Callable[[], Optional[object]], timeout: float = 60, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}", pytrace=False)
-        time.sleep(every)
 
 
 def wait_running(lab, job: str) -> Dict[str, str]:
