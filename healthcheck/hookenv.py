@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .config import Config, ConfigError
 
@@ -31,6 +31,23 @@ def run_hook(hook: str, body: Callable[[], int]) -> int:
         except BaseException:           # noqa: B036 - even the message must not fail the hook
             pass
         return 0
+
+
+def help_requested(hook: str, argv: Optional[Sequence[str]], doc: str, example: str) -> Optional[int]:
+    """``--help`` for a hook Slurm runs without arguments: the exit status to return when a
+    person asked for help (or passed an argument the hook does not take), else None.
+
+    Slurm never passes a Prolog or Epilog arguments, so any argument is a person at a terminal.
+    Kept argparse-free: this is on every job's path."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        return None
+    if args[0] in ("-h", "--help"):
+        print(f"usage: slurm-gpu-{hook} [-h]\n\n{doc.strip()}\n\noptions:\n  -h, --help  show this help and exit"
+              f"\n\nExample:\n  {example}")
+        return 0
+    print(f"slurm-gpu-{hook}: takes no arguments (Slurm runs it; see --help), got {args[0]!r}", file=sys.stderr)
+    return 2
 
 
 def _innermost_frame(exc: BaseException) -> str:

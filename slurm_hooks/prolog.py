@@ -24,8 +24,11 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.hookenv import run_hook
+    from healthcheck.hookenv import help_requested, run_hook
 
+    asked = help_requested("prolog", argv, __doc__ or "", 'SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-prolog   # what slurmd runs before job 42')
+    if asked is not None:
+        return asked
     return run_hook("prolog", lambda: _run(argv))
 
 

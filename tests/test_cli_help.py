@@ -45,3 +45,18 @@ def test_help_says_what_it_does_its_options_and_one_example(path, command):
     examples = [line.strip() for line in text.splitlines() if line.strip().startswith("Example:")]
     assert len(examples) == 1, f"{' '.join(path)}: --help needs exactly one 'Example:' line"
     assert " ".join(["slurm-gpu", *path]) in examples[0], examples[0]
+
+
+@pytest.mark.parametrize("hook", ["prolog", "epilog"])
+def test_the_job_hooks_answer_help_with_an_example_and_refuse_arguments(hook, capsys):
+    import importlib
+
+    module = importlib.import_module(f"slurm_hooks.{hook}")
+    assert module.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: slurm-gpu-{hook}") and "-h, --help" in out
+    example = out.split("Example:\n", 1)[1]
+    assert f"slurm-gpu-{hook}" in example and "SLURM_JOB_ID=" in example
+    assert module.main(["--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--bogus" in err
