@@ -193,6 +193,16 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "textfile_dir": Field(str, doc="a directory; empty: <state_dir>/health"),
         "syslog": Field(bool),
     },
+    "perftest": {
+        "ib_write_bw": Field(str, doc="the ib_write_bw command (an absolute path is best)"),
+        "duration_s": Field(int, minimum=1, maximum=600),
+        "message_bytes": Field(int, minimum=1, maximum=1 << 30),
+        "qps": Field(int, minimum=1, maximum=64),
+        # The deep tier, not a hook: a run of every pair together.
+        "timeout_s": Field(float, minimum=1, maximum=3600.0),
+        "server_wait_s": Field(float, minimum=0, maximum=30.0),
+        "base_port": Field(int, minimum=1024, maximum=65000),
+    },
     "slurm": {
         "bin_dir": Field(str, doc="directory of scontrol/sacct; empty: search the usual places"),
         "conf": Field(str, doc="SLURM_CONF for Slurm commands; empty: Slurm's own default"),

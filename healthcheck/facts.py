@@ -158,6 +158,31 @@ class DcgmFacts:
 
 
 @dataclass
+class IbBandwidthResult:
+    """One perftest ``ib_write_bw`` loopback run: ``client`` writes to ``server`` (both "hca:port"
+    of this node; the same port twice when the node has one)."""
+    client: str
+    server: str
+    rate_gbps: Optional[float] = None           # the slower port's rate: what full speed means
+    status: str = "ok"                           # ok | error | timeout
+    message: str = ""
+    bw_avg_gbps: Optional[float] = None          # perftest's "BW average", in Gb/s (10**9 bit/s)
+    bw_peak_gbps: Optional[float] = None         # "BW peak" (0 in perftest's duration mode)
+    message_bytes: Optional[int] = None
+    unit: str = ""                               # the unit perftest printed: Gb/sec | MB/sec
+
+
+@dataclass
+class IbBandwidthFacts:
+    # ok | unsupported (perftest not installed) | error (nothing could be run)
+    status: str = "ok"
+    message: str = ""
+    program: Optional[str] = None
+    results: List[IbBandwidthResult] = field(default_factory=list)
+    timeout_s: Optional[float] = None
+
+
+@dataclass
 class KernelLogFacts:
     """Kernel-log events for this run (``healthcheck.kernellog.events.XidEvent``)."""
     status: str = "ok"                           # ok | error
@@ -177,5 +202,6 @@ class RunFacts:
     ib: Optional[IbFacts] = None
     dcgm: Optional[DcgmFacts] = None
     kernel: Optional[KernelLogFacts] = None
+    ib_bandwidth: Optional[IbBandwidthFacts] = None
     # Counters as read, before this run's samples are committed: {key: [[time, value], ...]}
     history: Dict[str, List[List[float]]] = field(default_factory=dict)

@@ -127,6 +127,10 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
 
         ib = ib_facts(ib_child)
 
+    ib_bandwidth = None
+    if "perftest" in wanted:
+        ib_bandwidth = _run_perftest(config, node, sources, ib)
+
     kernel = None
     if "kernel" in wanted:
         from .probes.kernel_log import probe_kernel_log
@@ -145,7 +149,7 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
 
     inp = CheckInput(node=node, expected=config.expected_hardware(node), thresholds=config.section("thresholds"),
                      actions=config.section("actions"), nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=history,
-                     now=now, gpus=job_gpus, tier=tier)
+                     now=now, gpus=job_gpus, tier=tier, ib_bandwidth=ib_bandwidth)
     from .checks.probe_health import probe_findings
 
     findings = probe_findings(inp) + extra
@@ -168,7 +172,8 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
     findings = [f for f in findings if f.status != "ok"]
     report = Report(node=node, status=worst_status(findings), findings=findings,
                     duration_ms=int((time.monotonic() - started) * 1000), tier=tier,
-                    facts=RunFacts(nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=dict(history)),
+                    facts=RunFacts(nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=dict(history),
+                                   ib_bandwidth=ib_bandwidth),
                     pending=pending)
     if commit:
         report.add(report.commit())
@@ -205,6 +210,24 @@ def _run_dcgm(config: Config, tier: str, gpus: Optional[frozenset]) -> DcgmFacts
     section = config.section("dcgm")
     level = int(section.get("levels", {}).get(tier, 1))
     return probe_dcgm(section["dcgmi"], level, float(section["timeout_s"]), gpus)
+
+
+def _run_perftest(config: Config, node: str, sources: NodeSources, ib):
+    """ib_write_bw between the ports the node is expected to have (all it has when nothing is
+    expected); none when the IB probe itself failed (probe.timeout/probe.error say so)."""
+    from .facts import IbBandwidthFacts
+    from .probes.perftest import probe_ib_bandwidth
+
+    if ib is None or ib.status != "ok":
+        return IbBandwidthFacts(status="error", message="IB ports unknown (the sysfs probe failed)")
+    expected = config.expected_hardware(node)
+    wanted = expected.get("ib_ports")
+    ports = ib.ports
+    if wanted is not None:
+        names = {(h, int(n or 1)) for h, _, n in (str(t).partition(":") for t in wanted)}
+        ports = [p for p in ports if (p.hca, p.port) in names]
+    return probe_ib_bandwidth(ports, config.section("perftest"), sources.programs_dir,
+                              expected.get("roce_gid_index"))
 
 
 def _load_history(config: Config, state_dir: str, node: str):

@@ -21,6 +21,8 @@ class NodeSources:
     state_dir: str            # where this node's state lives (cursors, counter history)
     simulated: bool = False
     boot_id_path: str = "/proc/sys/kernel/random/boot_id"   # changes at every boot
+    # Where the simulator's stand-in programs (ib_write_bw) are; None: the system's programs.
+    programs_dir: Optional[str] = None
 
 
 def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeSources:
@@ -32,7 +34,8 @@ def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeS
     sim_nvml._bind(sim.live_path)
     return NodeSources(node=node, nvml=sim_nvml, sysfs_root=sim.sysfs_root,
                        kernel_log=sim.kernel_log_path, state_dir=state_dir, simulated=True,
-                       boot_id_path=sim.boot_id_path)
+                       boot_id_path=sim.boot_id_path,
+                       programs_dir=sim.programs_dir)
 
 
 def node_sources(config: Config, node: str) -> NodeSources:

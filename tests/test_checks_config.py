@@ -22,8 +22,11 @@ def test_every_check_has_a_default_action_and_every_tier_is_known():
     for tier, ids in defaults["tiers"].items():
         ours = set(ids)
         assert ours and ours <= set(CHECKS), tier
-    assert set(defaults["tiers"]["health"]) & set(CHECKS) | {"dcgm.diag", "gpu.processes"} == set(CHECKS)
-    assert "dcgm.diag" in defaults["tiers"]["deep"] and "dcgm.diag" not in defaults["tiers"]["prolog"]
+    assert set(defaults["tiers"]["health"]) & set(CHECKS) | {"dcgm.diag", "ib.bandwidth", "gpu.processes"} \
+        == set(CHECKS)
+    for deep_only in ("dcgm.diag", "ib.bandwidth"):    # they run programs for seconds to minutes
+        assert deep_only in defaults["tiers"]["deep"], deep_only
+        assert deep_only not in defaults["tiers"]["prolog"] + defaults["tiers"]["health"], deep_only
 
 
 def test_every_check_function_and_sampler_exists():

@@ -14,7 +14,7 @@ from healthcheck.runner import run_checks
 from healthcheck.sim.node import SimNode
 from healthcheck.sim.profile import load_profile
 
-from .checks_support import ALL_SIM_CHECKS, HARDWARE, hardware_for, make_config, sim
+from .checks_support import ALL_SIM_CHECKS, HARDWARE, PERFTEST_CHECKS, hardware_for, make_config, sim
 from .conftest import SIM_PROFILES
 
 PROFILES = sorted(glob.glob(os.path.join(SIM_PROFILES, "*.toml")))
@@ -27,8 +27,9 @@ def expected_ids(profile):
 
 def run_profile(tmp_path, path, tier="health", hardware=True, **kwargs):
     profile = load_profile(path)
+    checks = ALL_SIM_CHECKS + [cid for cid in PERFTEST_CHECKS if cid in profile.get("expect", {}).get("findings", [])]
     cfg = make_config(hardware=hardware_for(profile["gpu"][0]["name"]) if hardware else None,
-                      tiers={"health": ALL_SIM_CHECKS})
+                      tiers={"health": checks}, perftest={"server_wait_s": 0.1, "duration_s": 1})
     return profile, run_checks(cfg, "n1", tier, sources=sim(tmp_path, path), **kwargs)
 
 

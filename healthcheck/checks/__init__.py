@@ -15,7 +15,8 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 class CheckSpec:
     id: str
     target: str                    # "module:function" under healthcheck.checks
-    needs: Tuple[str, ...]         # "nvml:<group>" (see facts.NVML_READ_GROUPS), "nvml", "ib", "dcgm", "kernel"
+    # "nvml:<group>" (see facts.NVML_READ_GROUPS), "nvml", "ib", "dcgm", "kernel", "perftest"
+    needs: Tuple[str, ...]
     samples: Optional[str] = None  # "module:function" giving the counters it judges growth of
     summary: str = ""
 
@@ -75,6 +76,8 @@ _SPECS = (
     CheckSpec("ib.counters", "ib_counters:ib_counters", ("ib",),
               samples="ib_counters:ib_counter_samples",
               summary="IB port error counters do not grow fast"),
+    CheckSpec("ib.bandwidth", "ib_bandwidth:ib_bandwidth", ("ib", "perftest"),
+              summary="ib_write_bw loopback between the node's ports reaches [thresholds] ib_bandwidth_min_pct of the rate"),
     CheckSpec("roce.gid", "roce_gid:roce_gid", ("ib",),
               summary="the GID index NCCL uses is RoCE v2"),
     CheckSpec("kernel.xid", "kernel_log:kernel_xid", ("kernel", "nvml"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
-from ..facts import DcgmFacts, GpuFacts, IbFacts, IbPortFacts, KernelLogFacts, NvmlFacts
+from ..facts import DcgmFacts, GpuFacts, IbBandwidthFacts, IbFacts, IbPortFacts, KernelLogFacts, NvmlFacts
 from ..findings import Finding, action_for
 
 
@@ -23,6 +23,7 @@ class CheckInput:
     now: float = 0.0                       # unix time of this run (for counter growth)
     gpus: Optional[FrozenSet[int]] = None  # the job's GPUs (NVML indices); None: all
     tier: str = "health"
+    ib_bandwidth: Optional[IbBandwidthFacts] = None
 
     def threshold(self, name: str) -> float:
         try:

@@ -9,12 +9,14 @@ Layout under ``<state_dir>/sim/<node>/``::
     kern.log              the kernel log (``--log`` lines are appended, never rewritten)
     boot_id               the node's boot id (``/proc/sys/kernel/random/boot_id``); ``sim reboot``
                           and ``sim reset`` (a reboot into mended hardware) change it
+    bin/ib_write_bw       perftest's stand-in (``[node] perftest = true``; healthcheck/sim/perftest.py)
 """
 from __future__ import annotations
 
 import os
 import shutil
 import uuid
+import sys
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .. import tomlio
@@ -34,6 +36,7 @@ class SimNode:
         self.sysfs_root = os.path.join(self.dir, "sys")
         self.kernel_log_path = os.path.join(self.dir, "kern.log")
         self.boot_id_path = os.path.join(self.dir, "boot_id")
+        self.programs_dir = os.path.join(self.dir, "bin")
         self._lock_path = os.path.join(self.dir, ".lock")
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -133,6 +136,22 @@ class SimNode:
     def _write(self, profile: Dict[str, Any]) -> None:
         atomic_write(self.live_path, tomlio.dumps(profile))
         render_sysfs(profile, self.sysfs_root)
+        render_programs(profile, self.programs_dir, self.live_path)
+
+
+def render_programs(profile: Dict[str, Any], programs_dir: str, live_path: str) -> None:
+    """The stand-in programs this node has: ``ib_write_bw`` when perftest is installed."""
+    ensure_dir(programs_dir)
+    path = os.path.join(programs_dir, "ib_write_bw")
+    if not profile["node"]["perftest"]:
+        if os.path.lexists(path):
+            os.unlink(path)
+        return
+    launcher = (f"#!{sys.executable}\n"
+                "import sys\n"
+                "from healthcheck.sim.perftest import main\n"
+                f"sys.exit(main(sys.argv[1:], {live_path!r}))\n")
+    atomic_write(path, launcher, mode=0o755)
 
 
 def render_sysfs(profile: Dict[str, Any], root: str) -> None:

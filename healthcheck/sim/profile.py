@@ -88,6 +88,8 @@ IB_SCHEMA: Dict[str, Any] = {
     "counters": Field(dict, values=Field(int, minimum=0, maximum=COUNTER_MAX), check=_file_names_problem, doc=_FILE_NAME_DOC),
     "gid_types": Field(dict, values=Field(str), check=_gid_indexes_problem, doc="GID indexes 0-9999"),
     "numa_node": Field(int),
+    # What the ib_write_bw stand-in measures from this port (Gb/s); negative: 96% of its rate.
+    "write_bw_gbps": Field(float, minimum=-1),
 }
 
 PROFILE_SCHEMA: Dict[str, Any] = {
@@ -97,6 +99,7 @@ PROFILE_SCHEMA: Dict[str, Any] = {
                                 doc="a driver version such as 535.161.08"),
         "nvml": Field(str, choices=("ok", "missing", "driver_not_loaded", "hang")),
         "description": Field(str),
+        "perftest": Field(bool, doc="whether perftest (the ib_write_bw stand-in) is installed"),
     },
     "gpu": Field(list, item=GPU_SCHEMA),
     "ib": Field(list, item=IB_SCHEMA),
