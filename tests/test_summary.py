@@ -546,3 +546,21 @@ def test_a_failing_sacct_is_one_line_and_exit_1(tmp_path):
     assert result.exit_code == 1
     assert result.stderr.strip() == ("slurm-gpu: summary: sacct failed: "
                                      "sacct: error: Problem talking to the database: Connection refused")
+
+
+def test_a_node_hardware_entry_beats_the_job_level_entry_as_the_epilog_decides():
+    """EpilogSlurmctld writes the job-level entry without the node's evidence: FAILED there and
+    GPU_LOST on gpu2 is a GPU_LOST job (records.classify.job_class), in either stored form."""
+    from healthcheck.records import admin_comment
+    from healthcheck.records.classify import job_class
+    from slurm_hooks.summary.classify import classify
+
+    entries = [{"node": "*", "class": "FAILED", "exit": 1},
+               {"node": "gpu2", "class": "GPU_XID", "gpu": 1, "xid": 48},
+               {"node": "gpu3", "class": "GPU_LOST", "gpu": 3, "xid": 79}]
+    comment = admin_comment.merge("JS1:abc", entries)
+    for text in (comment, comment.lower().replace('"', "`")):
+        verdict = classify("FAILED", text, ("gpu1", "gpu2", "gpu3"))
+        assert verdict.cause == job_class(entries) == "GPU_LOST"
+        assert verdict.hardware and verdict.culprits[0].node == "gpu3" and verdict.culprits[0].gpu == 3
+    assert classify("FAILED", admin_comment.merge("", entries[:1]), ("gpu1",)).cause == "FAILED"

@@ -1,8 +1,9 @@
 """Why one job (one incarnation) ended, from its sacct State and this tool's AdminComment
 entries. Pure: text in, a ``Verdict`` out.
 
-* A job-level entry (``node`` "*", written once per job by EpilogSlurmctld) decides the cause.
-* Else a hardware class from any node's entry (the node that broke the job) decides it.
+* A hardware class from any node's entry (the node that broke the job) decides the cause, the
+  strongest by the epilog's precedence (``records.classify.job_class``).
+* Else a job-level entry (``node`` "*", written once per job by EpilogSlurmctld) decides it.
 * Else node entries that agree on one class decide it.
 * Else, and for every job without an entry of ours, the cause is the first word of sacct's
   State (``CANCELLED by 0`` -> ``CANCELLED``), and the verdict says it came from accounting.
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from healthcheck.records import admin_comment
-from healthcheck.records.classes import HARDWARE_CLASSES, is_hardware
+from healthcheck.records.classes import HARDWARE_CLASSES, UNKNOWN, is_hardware
+from healthcheck.records.classify import job_class
 
 SOURCE_HOOKS = "hooks"            # an entry of ours decided
 SOURCE_ACCOUNTING = "sacct"       # sacct's State alone
@@ -128,10 +130,15 @@ def classify(state: str, comment: str, nodes: Tuple[str, ...] = ()) -> Verdict:
     job_level = [e for e in entries if str(e.get("node")) == "*"]
     node_level = [e for e in entries if str(e.get("node")) != "*"]
     hardware_entries = [e for e in node_level if is_hardware(str(e.get("class")))]
-    if job_level:
-        decided = job_level[-1]
-    elif hardware_entries:
+    # One rule for a job's class, the epilog's (records.classify.job_class): the strongest
+    # hardware class any node reports beats the job-level entry, which EpilogSlurmctld writes
+    # without the node's evidence (a job that FAILED while its GPU fell off the bus is GPU_LOST).
+    strongest = job_class(hardware_entries) if hardware_entries else None
+    if strongest is not None and strongest != UNKNOWN:
+        hardware_entries.sort(key=lambda e: str(e.get("class")) != strongest)
         decided = hardware_entries[0]
+    elif job_level:
+        decided = job_level[-1]
     else:
         classes = {str(e.get("class")) for e in node_level}
         if len(classes) != 1:

@@ -11,6 +11,7 @@ import pytest
 
 from healthcheck.records import admin_comment
 from healthcheck.records.classes import is_hardware
+from healthcheck.records.classify import job_class
 from slurm_hooks.lab.scenarios import load_table, state_matches
 
 pytestmark = pytest.mark.lab
@@ -36,15 +37,15 @@ def incarnations(lab, job_ids):
 
 
 def documented_cause(state, comment):
-    """The rule docs/summary.md states: our job-level entry, else a node's hardware entry,
-    else the first word of sacct's State."""
+    """The rule docs/summary.md states: a node's hardware entry (the strongest), else our
+    job-level entry, else the first word of sacct's State."""
     entries = admin_comment.parse(comment)
     job_level = [e for e in entries if e.get("node") == "*"]
     hardware = [e for e in entries if e.get("node") != "*" and is_hardware(e.get("class", ""))]
+    if hardware:
+        return job_class(hardware)
     if job_level:
         return job_level[-1]["class"]
-    if hardware:
-        return hardware[0]["class"]
     return state.split(" ")[0]
 
 
