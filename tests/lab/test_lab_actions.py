@@ -13,9 +13,12 @@ from slurm_hooks.lab.runner import slurm_env
 
 pytestmark = pytest.mark.lab
 
-ECC = Finding(check="gpu.ecc.uncorrectable", status="fail", action="drain",
-              message="GPU 3 (0000:1b:00.0): 2 uncorrectable (double-bit) ECC errors since the driver loaded",
-              gpu=3, evidence={"volatile_uncorrected": 2})
+# A cause the lab's own health check never resumes by itself ([health.resume] "gpu.remap.failed" =
+# "never"): it runs on every lab node every few seconds, finds the simulated GPU healthy, and
+# would otherwise resume a drain for a fault the simulator does not have before the test reads it.
+REMAP_FAILED = Finding(check="gpu.remap.failed", status="fail", action="drain",
+              message="GPU 3 (0000:1b:00.0): row remapping failed, 2 uncorrectable rows",
+              gpu=3, evidence={"uncorrectable": 2})
 ADMIN_REASON = "admin: reseating the NVLink bridge, ticket 4711"
 
 
@@ -32,21 +35,21 @@ def test_drain_and_resume_through_the_real_backend_with_ownership(lab):
         lab.run("scontrol", "update", "nodename=gpu2", "state=drain", f"reason={ADMIN_REASON}").check_returncode()
 
         # A fault on gpu1: drained with our reason, set by root.
-        drained = apply(backend, decide("gpu1", backend.node("gpu1"), [ECC], policy))
+        drained = apply(backend, decide("gpu1", backend.node("gpu1"), [REMAP_FAILED], policy))
         assert drained.done and drained.decision.kind == "drain", drained
         node = backend.node("gpu1")
         assert node.drained and node.reason_user == "root"
         assert node.reason == drained.decision.reason
-        assert node.reason.startswith("gpu-hooks: v1 gpu.ecc.uncorrectable gpu3 dbe:2; GPU 3")
+        assert node.reason.startswith("gpu-hooks: v1 gpu.remap.failed gpu3 uncorrectable_rows:2; GPU 3")
         stamp = node.reason_time
 
         # The same fault next run: no second drain (Slurm's reason timestamp is unchanged).
-        again = apply(backend, decide("gpu1", backend.node("gpu1"), [ECC], policy))
+        again = apply(backend, decide("gpu1", backend.node("gpu1"), [REMAP_FAILED], policy))
         assert again.decision.kind == "none" and not again.done
         assert backend.node("gpu1").reason_time == stamp
 
         # The admin's node: a fault does not overwrite the reason, health does not resume it.
-        for findings in ([ECC], []):
+        for findings in ([REMAP_FAILED], []):
             result = apply(backend, decide("gpu2", backend.node("gpu2"), findings, policy))
             assert result.decision.kind == "leave-alone" and not result.done
             admin = backend.node("gpu2")
