@@ -26,6 +26,11 @@ from .tally import Tally, causes_of, tally
 
 TIER = "health"
 CONSUMER = "hook"
+# Nodes decide their drains at the same moment (slurmd fires every node's health check on one
+# interval), each after one query that cannot see the others' drains yet. The re-check after our
+# drain waits this long first, so every concurrent drain is visible to every node and all of them
+# rank the drains alike; otherwise two nodes each see only themselves and both keep their drains.
+BUDGET_SETTLE_S = 2.0
 
 
 @dataclass
@@ -154,6 +159,7 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     applied = apply(backend, decision, dry_run=dry_run)
     if applied.done and decision.rule == "drain" and policy.budget_enabled:
         try:
+            time.sleep(BUDGET_SETTLE_S)
             if not keeps_its_drain(backend.nodes(), node, policy, time.time()):
                 backend.resume(node)
                 budget_blocked = True
