@@ -13,7 +13,7 @@ from typing import Dict, List
 
 import pytest
 
-from slurm_hooks.lab.paths import TESTS_LOCK, LabPaths, lab_dir
+from slurm_hooks.lab.paths import NODES, TESTS_LOCK, LabPaths, lab_dir
 from slurm_hooks.lab.runner import slurm_gpu_argv
 
 UP_TIMEOUT = 900        # includes apt-get install on a fresh machine
@@ -108,7 +108,32 @@ def lab(lab_session_lock) -> Lab:
         assert line.startswith("export "), line
         key, _, value = line[len("export "):].partition("=")
         env[key] = value.strip("'")
-    return Lab(paths, env, started_at)
+    lab = Lab(paths, env, started_at)
+    _back_in_service(lab)
+    return lab
+
+
+def _back_in_service(lab: Lab) -> None:
+    """Every session starts from healthy simulated nodes, all in service. slurmctld keeps node
+    states across restarts (StateSaveLocation), and the lab's health check drains for real, so a
+    session that was killed (or another checkout's) can leave a node drained or a fault injected."""
+    for node in NODES:
+        result = slurm_gpu("sim", "reset", node, env=lab.env)
+        if result.returncode != 0:
+            pytest.fail(f"`slurm-gpu sim reset {node}` failed: {tail(result.stderr)}", pytrace=False)
+    deadline = time.monotonic() + 60
+    while True:
+        states = {}
+        for node in NODES:
+            shown = lab.run("sinfo", "-h", "-n", node, "-o", "%T")
+            states[node] = shown.stdout.strip()
+            if any(word in states[node] for word in ("drain", "down", "fail")):
+                lab.run("scontrol", "update", f"nodename={node}", "state=resume")
+        if all(state in ("idle", "mixed", "allocated") for state in states.values()):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"lab nodes not back in service: {states}", pytrace=False)
+        time.sleep(1)
 
 
 @pytest.fixture(scope="session")
