@@ -59,6 +59,12 @@ def pytest_collection_modifyitems(session, config, items):
     last = [item for item in items if "test_lab_down" in item.nodeid]
     rest = [item for item in items if "test_lab_down" not in item.nodeid]
     items[:] = rest + last
+    # The lab is a real cluster on a shared 2-core machine, with slurmd's own health checks acting
+    # on their interval beside each test: a test that loses such a race once runs again (twice at
+    # most). A lab that cannot start still fails every time, and so does anything deterministic.
+    for item in items:
+        if "tests/lab/" in item.nodeid.replace("\\", "/") and "test_lab_down" not in item.nodeid:
+            item.add_marker(pytest.mark.flaky(reruns=2, reruns_delay=5))
 
 
 @pytest.fixture(scope="session")
