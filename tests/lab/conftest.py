@@ -56,9 +56,13 @@ class Lab:
 
 def pytest_collection_modifyitems(session, config, items):
     """`lab down` must be the last lab test (it stops what the others use)."""
+    # The health-check tests inject faults, reboot simulated nodes and leave Xid history in the
+    # lab's state: they run after the scenario and job-class tests, whose classes such leftovers
+    # would change (a GPU still lost made node-fail and nvlink-down jobs GPU_LOST), then `lab down`.
     last = [item for item in items if "test_lab_down" in item.nodeid]
-    rest = [item for item in items if "test_lab_down" not in item.nodeid]
-    items[:] = rest + last
+    health = [item for item in items if "test_lab_healthcheck" in item.nodeid]
+    rest = [item for item in items if item not in last and item not in health]
+    items[:] = rest + health + last
     # The lab is a real cluster on a shared 2-core machine, with slurmd's own health checks acting
     # on their interval beside each test: a test that loses such a race once runs again (twice at
     # most). A lab that cannot start still fails every time, and so does anything deterministic.
