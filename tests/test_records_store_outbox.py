@@ -187,6 +187,30 @@ def test_late_evidence_amends_only_jobs_inside_the_window(tmp_path):
     assert amend_recent_jobs(state, "gpu1", [], now=1300.0, window_s=300) == []
 
 
+def test_late_evidence_amends_only_jobs_it_could_have_ended(tmp_path):
+    """Seen in the lab: GPU 5 lost a minute after a NODE_FAIL job that held GPU 0 turned that job
+    GPU_LOST. Only a fault on the job's own GPUs, or a node-wide one, is why it ended."""
+    from healthcheck.records.late import amend_recent_jobs
+
+    state = str(tmp_path)
+    rows = (("1", "NODE_FAIL", [0]), ("2", "FAILED", [4, 5, 6, 7]), ("3", "NVLINK", [4, 5]),
+            ("4", "FAILED", None), ("5", "FAILED", [1]))
+    for job, cls, gpus in rows:
+        store.write_record(state, {"job_id": job, "node": "gpu3", "class": cls, "slurm_class": "FAILED",
+                                   "evidence": [], "gpus": gpus, "ended_at": 1250.0})
+        store.note_ending(state, "gpu3", job, 1250.0)
+    lost5 = {"kind": "finding", "check": "gpu.lost", "status": "fail", "action": "drain", "gpu": 5}
+    amended = amend_recent_jobs(state, "gpu3", [lost5], now=1300.0, window_s=300)
+    # 2 held GPU 5; 4's GPUs are unknown; 3 already had its own hardware cause; 1 and 5 never had GPU 5
+    assert sorted(r["job_id"] for r in amended) == ["2", "4"]
+    assert store.read_record(state, "1", "gpu3")["class"] == "NODE_FAIL"
+    assert store.read_record(state, "3", "gpu3")["class"] == "NVLINK"
+    port = {"kind": "finding", "check": "ib.port", "status": "fail", "action": "drain", "port": "mlx5_0:1"}
+    amended = amend_recent_jobs(state, "gpu3", [port], now=1300.0, window_s=300)     # node-wide: any job's
+    assert sorted(r["job_id"] for r in amended) == ["1", "5"]
+    assert store.read_record(state, "1", "gpu3")["class"] == "INFINIBAND"
+
+
 def test_a_queue_of_many_jobs_waits_to_verify_once_per_round(tmp_path):
     state = str(tmp_path)
     acct = FakeAccounting({str(job): "" for job in range(20, 30)})

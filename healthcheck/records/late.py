@@ -5,6 +5,11 @@ job's class (a GPU that fell off the bus as the job ended is why the job ended).
 prolog, the health check); every job that ended on the node within ``[records]
 late_evidence_window_s`` is reclassified with that evidence added (``classify.reclassify``:
 the same precedence as the epilog), its record rewritten and its new entry queued for accounting.
+
+Only evidence that could have ended the job counts: a fault on one of the job's GPUs, or a
+node-wide one (an InfiniBand port, fabric manager). A GPU the job was never given falling off
+the bus a minute later says nothing about why that job ended, and a job its own epilog already
+explained with a hardware cause keeps that cause.
 """
 from __future__ import annotations
 
@@ -25,7 +30,12 @@ def amend_recent_jobs(state_dir: str, node: str, evidence: Iterable[Dict[str, An
         record = store.read_record(state_dir, ending["job_id"], node)
         if record is None or record.get("amended_at"):
             continue
-        everything = list(record.get("evidence") or []) + late
+        if is_hardware(str(record.get("class"))):
+            continue
+        relevant = _touching(late, record.get("gpus"))
+        if not relevant:
+            continue
+        everything = list(record.get("evidence") or []) + relevant
         cls, cause = reclassify(str(record.get("slurm_class", record.get("class"))), everything)
         if cls == record.get("class") or not is_hardware(cls):
             continue
@@ -36,3 +46,10 @@ def amend_recent_jobs(state_dir: str, node: str, evidence: Iterable[Dict[str, An
             outbox.enqueue(state_dir, record["job_id"], store.entry_for(record), now=now)
         amended.append(record)
     return amended
+
+
+def _touching(evidence: List[Dict[str, Any]], job_gpus: Any) -> List[Dict[str, Any]]:
+    """The items about the job's GPUs or the whole node; all of them when the job's GPUs are unknown."""
+    if not isinstance(job_gpus, list):
+        return evidence
+    return [item for item in evidence if item.get("gpu") is None or item.get("gpu") in job_gpus]
