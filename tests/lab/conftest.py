@@ -59,10 +59,16 @@ def pytest_collection_modifyitems(session, config, items):
     # The health-check tests inject faults, reboot simulated nodes and leave Xid history in the
     # lab's state: they run after the scenario and job-class tests, whose classes such leftovers
     # would change (a GPU still lost made node-fail and nvlink-down jobs GPU_LOST), then `lab down`.
-    last = [item for item in items if "test_lab_down" in item.nodeid]
-    health = [item for item in items if "test_lab_healthcheck" in item.nodeid]
-    rest = [item for item in items if item not in last and item not in health]
-    items[:] = rest + health + last
+    # The job-class and Actions tests inject faults too, and a fault found within
+    # `late_evidence_window_s` of a job's end may amend that job's class: they run after the
+    # tests that read the scenario jobs' classes.
+    def group(item) -> int:
+        for rank, module in enumerate(("test_lab_job_classes", "test_lab_actions", "test_lab_healthcheck",
+                                       "test_lab_down"), start=1):
+            if module in item.nodeid:
+                return rank
+        return 0
+    items.sort(key=group)       # stable: each group keeps its order
     # The lab is a real cluster on a shared 2-core machine, with slurmd's own health checks acting
     # on their interval beside each test: a test that loses such a race once runs again (twice at
     # most). A lab that cannot start still fails every time, and so does anything deterministic.
