@@ -88,6 +88,8 @@ NODE_SCHEMA: Dict[str, Any] = {
     "pcie_width": Field(int, minimum=1),
     # Facts an older driver may not give (then they fail nothing) that this hardware must report.
     "nvml_required": Field(list, item=Field(str, choices=NVML_DRIVER_FACTS)),
+    # slurm-gpu-taskprolog exports the NCCL settings of the node's fabric on these nodes.
+    "nccl_env": Field(bool),
 }
 
 _NUMBER = Field(float, minimum=0)
@@ -96,6 +98,19 @@ _ACTION = Field(str, choices=ACTIONS)
 
 _XID_KEY_DOC = 'an Xid code such as "13", or "sxid:20034" for an NVSwitch SXid'
 _XID_MAX_ESCALATION_COUNT = 10000
+
+
+def _env_value_problem(value: str) -> Optional[str]:
+    from .nccl_env import value_problem
+
+    return value_problem(value)
+
+
+def _env_names_problem(table: Dict[str, Any]) -> Optional[str]:
+    from .nccl_env import NAME
+
+    bad = [key for key in table if not NAME.fullmatch(key)]
+    return f"{', '.join(repr(key) for key in bad)} is not an environment variable name" if bad else None
 
 
 def _xid_code_keys_problem(table: Dict[str, Any]) -> Optional[str]:
@@ -136,6 +151,7 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "state_dir": Field(str),
         "kernel_log": Field(str, doc='"auto", "kmsg", "journal" or a file path'),
         "sysfs_root": Field(str),
+        "proc_root": Field(str, doc="where /proc is (the NVIDIA driver's GPU information files)"),
     },
     "gpu": {
         "backend": Field(str, choices=("nvml", "sim")),
@@ -202,6 +218,12 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "timeout_s": Field(float, minimum=1, maximum=3600.0),
         "server_wait_s": Field(float, minimum=0, maximum=30.0),
         "base_port": Field(int, minimum=1024, maximum=65000),
+    },
+    "nccl": {
+        "socket_ifname": Field(str, check=lambda v: _env_value_problem(v),
+                               doc="NCCL_SOCKET_IFNAME's value, e.g. =ib0 or ^lo,docker; empty: derived"),
+        "env": Field(dict, values=Field(str, check=lambda v: _env_value_problem(v), doc="one line, no NUL"),
+                     check=_env_names_problem, doc="environment variable names such as NCCL_IB_TIMEOUT"),
     },
     "slurm": {
         "bin_dir": Field(str, doc="directory of scontrol/sacct; empty: search the usual places"),

@@ -38,6 +38,18 @@ def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeS
                        programs_dir=sim.programs_dir)
 
 
+def node_paths(config: Config, node: str):
+    """(sysfs root, proc root) of ``node``, touching nothing: the TaskProlog runs as the job's
+    user and only reads. A simulated node's live tree is the simulator's (rendered by the hooks)."""
+    if config.backend == "sim":
+        from .sim.node import SimNode
+
+        sim = SimNode(config.state_dir, node)
+        return sim.sysfs_root, sim.proc_root
+    paths = config.section("paths")
+    return config.resolve(paths["sysfs_root"]), config.resolve(paths["proc_root"])
+
+
 def node_sources(config: Config, node: str) -> NodeSources:
     if config.backend == "sim":
         return sim_sources(node, config.state_dir, config.sim_profile_path(node))

@@ -15,7 +15,8 @@ from healthcheck import hookenv
 
 from .conftest import run_cli
 
-HOOKS = {"slurm-gpu-prolog": "prolog", "slurm-gpu-epilog": "epilog", "slurm-gpu-healthcheck": "healthcheck"}
+HOOKS = {"slurm-gpu-prolog": "prolog", "slurm-gpu-epilog": "epilog", "slurm-gpu-healthcheck": "healthcheck",
+         "slurm-gpu-taskprolog": "taskprolog"}
 BIN = os.path.dirname(sys.executable)
 
 

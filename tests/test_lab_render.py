@@ -40,6 +40,7 @@ def test_slurm_conf_installs_every_hook_and_the_lab_settings():
     assert conf["Epilog"] == LAB.hook("epilog")
     assert conf["EpilogSlurmctld"] == LAB.hook("epilog-slurmctld")
     assert conf["HealthCheckProgram"] == LAB.hook("healthcheck")
+    assert conf["TaskProlog"] == LAB.hook("taskprolog")
     assert conf["PrologFlags"] == "Alloc"
     assert int(conf["HealthCheckInterval"]) <= 15
     assert conf["SlurmctldHost"] == "vm(127.0.0.1)"
@@ -139,7 +140,7 @@ def test_wrappers_set_config_paths_and_never_path(tmp_path):
     """Slurm runs HealthCheckProgram with SLURMD_NODENAME and nothing else."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    for script in ("slurm-gpu-prolog", "slurm-gpu-epilog", "slurm-gpu-healthcheck"):
+    for script in sorted({spec[1] for spec in render.HOOKS.values()}):
         target = fake_bin / script
         target.write_text("#!/bin/sh\necho \"$0\"; echo \"SLURM_CONF=$SLURM_CONF\"; "
                           "echo \"CONFIG=$SLURM_GPU_HOOKS_CONFIG\"; echo \"PATH=${PATH-unset}\"\n")

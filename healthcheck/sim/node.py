@@ -6,6 +6,8 @@ Layout under ``<state_dir>/sim/<node>/``::
     profile.toml          the live profile (what ``sim inject`` changes)
     source                the shipped profile it was made from (for ``sim reset``)
     sys/class/infiniband  the rendered IB ports (the sysfs reader's root is ``sys``)
+    sys/devices, sys/bus/pci/devices   the GPUs' and HCAs' PCI devices (NUMA node, PCIe switch)
+    proc/driver/nvidia/gpus            the driver's information file per GPU (device minor)
     kern.log              the kernel log (``--log`` lines are appended, never rewritten)
     boot_id               the node's boot id (``/proc/sys/kernel/random/boot_id``); ``sim reboot``
                           and ``sim reset`` (a reboot into mended hardware) change it
@@ -34,6 +36,7 @@ class SimNode:
         self.live_path = os.path.join(self.dir, "profile.toml")
         self.source_path = os.path.join(self.dir, "source")
         self.sysfs_root = os.path.join(self.dir, "sys")
+        self.proc_root = os.path.join(self.dir, "proc")
         self.kernel_log_path = os.path.join(self.dir, "kern.log")
         self.boot_id_path = os.path.join(self.dir, "boot_id")
         self.programs_dir = os.path.join(self.dir, "bin")
@@ -136,6 +139,7 @@ class SimNode:
     def _write(self, profile: Dict[str, Any]) -> None:
         atomic_write(self.live_path, tomlio.dumps(profile))
         render_sysfs(profile, self.sysfs_root)
+        render_driver_proc(profile, self.proc_root)
         render_programs(profile, self.programs_dir, self.live_path)
 
 
@@ -154,14 +158,34 @@ def render_programs(profile: Dict[str, Any], programs_dir: str, live_path: str) 
     atomic_write(path, launcher, mode=0o755)
 
 
+def sysfs_address(nvml_bus_id: str) -> str:
+    """NVML's ``00000000:18:00.0`` as sysfs names it: ``0000:18:00.0``."""
+    domain, _, rest = nvml_bus_id.partition(":")
+    return f"{domain[-4:]}:{rest}".lower()
+
+
+def hca_address(profile: Dict[str, Any], hca: str) -> str:
+    """The HCA's PCI address: the profile's, else one derived from its first port's place."""
+    names = list(dict.fromkeys(port["hca"] for port in profile["ib"]))
+    for port in profile["ib"]:
+        if port["hca"] == hca and port.get("pci_bus_id"):
+            return sysfs_address(port["pci_bus_id"]) if port["pci_bus_id"].count(":") == 2 else port["pci_bus_id"]
+    return f"0000:{(0x19 + 0x10 * names.index(hca)) % 0x100:02x}:00.0"
+
+
 def render_sysfs(profile: Dict[str, Any], root: str) -> None:
-    """Write the ``[[ib]]`` ports as ``<root>/class/infiniband/<hca>/ports/<n>/...``.
+    """Write the ``[[ib]]`` ports as ``<root>/class/infiniband/<hca>/ports/<n>/...`` and the
+    GPUs' and HCAs' PCI devices under ``<root>/devices`` (linked from ``bus/pci/devices`` and
+    each HCA's ``device``), as the TaskProlog reads them.
 
     Files are replaced one by one (each atomically) rather than the tree swapped, so a
     probe running during an injection never sees a port vanish.
     """
     base = os.path.join(root, "class", "infiniband")
     ensure_dir(base)
+    for gpu in profile["gpu"]:
+        if gpu["state"] != "absent":
+            _pci_device(root, sysfs_address(gpu["pci_bus_id"]), gpu.get("pcie_switch", ""), gpu.get("numa_node", -1))
     for port in profile["ib"]:
         # The profile schema already refuses these; checked again where they become paths.
         hca_dir = os.path.join(base, path_component(port["hca"]))
@@ -177,8 +201,64 @@ def render_sysfs(profile: Dict[str, Any], root: str) -> None:
             index = str(int(index))
             _put(os.path.join(port_dir, "gid_attrs", "types", index), kind)
             _put(os.path.join(port_dir, "gids", index), "fe80:0000:0000:0000:0000:0000:0000:0001")
-        _put(os.path.join(hca_dir, "device", "numa_node"), port["numa_node"])
+        device = _pci_device(root, hca_address(profile, port["hca"]), port.get("pcie_switch", ""), port["numa_node"])
+        if port.get("netdev"):
+            up = str(port["state"]).strip().startswith("4")
+            _put(os.path.join(device, "net", path_component(port["netdev"]), "operstate"), "up" if up else "down")
+        _link(os.path.join(hca_dir, "device"), device)
     wanted = {port["hca"] for port in profile["ib"]}
+    for stale in set(os.listdir(base)) - wanted:
+        shutil.rmtree(os.path.join(base, stale), ignore_errors=True)
+
+
+def _pci_device(root: str, address: str, switch: str, numa_node: int) -> str:
+    """``<root>/devices/pci<domain>:00/[<switch>/]<address>`` with its numa_node, linked from
+    ``bus/pci/devices/<address>``; returns the device directory."""
+    parts = [root, "devices", f"pci{address[:4]}:00"] + ([path_component(switch)] if switch else [])
+    device = os.path.join(*parts, path_component(address))
+    _put(os.path.join(device, "numa_node"), numa_node)
+    _link(os.path.join(root, "bus", "pci", "devices", address), device)
+    return device
+
+
+def _link(path: str, target: str) -> None:
+    """``path`` -> ``target`` (relative), replacing whatever was there (a directory from an
+    older layout too) in one rename."""
+    relative = os.path.relpath(target, os.path.dirname(path))
+    if os.path.islink(path) and os.readlink(path) == relative:
+        return
+    ensure_dir(os.path.dirname(path))
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    temp = f"{path}.{os.getpid()}.tmp"
+    if os.path.lexists(temp):
+        os.unlink(temp)
+    os.symlink(relative, temp)
+    os.replace(temp, path)
+
+
+def render_driver_proc(profile: Dict[str, Any], proc_root: str) -> None:
+    """The NVIDIA driver's ``/proc/driver/nvidia/gpus/<address>/information`` per GPU it knows
+    (not an absent one), in the driver's format; ``Device Minor`` is what Slurm's GRES uses."""
+    base = os.path.join(proc_root, "driver", "nvidia", "gpus")
+    ensure_dir(base)
+    wanted = set()
+    for gpu in profile["gpu"]:
+        if gpu["state"] == "absent":
+            continue
+        address = sysfs_address(gpu["pci_bus_id"])
+        wanted.add(address)
+        text = (f"Model: \t\t {gpu['name']}\n"
+                "IRQ:   \t\t 0\n"
+                f"GPU UUID: \t {gpu['uuid']}\n"
+                "Video BIOS: \t 96.00.74.00.01\n"
+                "Bus Type: \t PCIe\n"
+                "DMA Size: \t 52 bits\n"
+                "DMA Mask: \t 0xfffffffffffff\n"
+                f"Bus Location: \t {address}\n"
+                f"Device Minor: \t {gpu['minor_number']}\n"
+                "GPU Excluded:\t No\n")
+        atomic_write(os.path.join(base, path_component(address), "information"), text, mode=0o444)
     for stale in set(os.listdir(base)) - wanted:
         shutil.rmtree(os.path.join(base, stale), ignore_errors=True)
 

@@ -55,6 +55,10 @@ GPU_SCHEMA: Dict[str, Any] = {
                "status": Field(int)},
     "processes": Field(list, item={"pid": _INT0, "used_memory_mib": _INT0}),
     "not_supported": Field(list, item=Field(str, choices=NVML_UNSUPPORTED_NAMES)),
+    # Where the GPU sits (rendered as sysfs PCI devices): its NUMA node (-1 unknown) and the
+    # PCIe switch above it ("": directly under the root complex).
+    "numa_node": Field(int, minimum=-1),
+    "pcie_switch": Field(str, check=lambda v: _file_name_problem(v) if v else None, doc="a single file name: no '/', not starting with '.', no control characters"),
 }
 
 def _file_name_problem(name: str) -> Optional[str]:
@@ -77,6 +81,11 @@ def _gid_indexes_problem(table: Dict[str, Any]) -> Optional[str]:
 
 
 _FILE_NAME_DOC = "a single file name: no '/', not starting with '.', no control characters"
+_PCI_ADDRESS = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+
+
+def _pci_problem(value: str) -> Optional[str]:
+    return None if _PCI_ADDRESS.fullmatch(value) else f"{value!r} is not a PCI address"
 
 IB_SCHEMA: Dict[str, Any] = {
     "hca": Field(str, required=True, check=_file_name_problem, doc=_FILE_NAME_DOC),
@@ -90,6 +99,11 @@ IB_SCHEMA: Dict[str, Any] = {
     "numa_node": Field(int),
     # What the ib_write_bw stand-in measures from this port (Gb/s); negative: 96% of its rate.
     "write_bw_gbps": Field(float, minimum=-1),
+    # Where the HCA sits: its PCI address ("": derived from its place in the profile), the
+    # PCIe switch above it ("": the root complex), its network interface ("": none).
+    "pci_bus_id": Field(str, check=lambda v: _pci_problem(v) if v else None, doc="a PCI address 0000:19:00.0"),
+    "pcie_switch": Field(str, check=lambda v: _file_name_problem(v) if v else None, doc=_FILE_NAME_DOC),
+    "netdev": Field(str, check=lambda v: _file_name_problem(v) if v else None, doc=_FILE_NAME_DOC),
 }
 
 PROFILE_SCHEMA: Dict[str, Any] = {

@@ -30,6 +30,7 @@ HOOKS: Dict[str, Sequence[str]] = {
     "epilog": ("Epilog", "slurm-gpu-epilog", "slurm_hooks.epilog"),
     "epilog-slurmctld": ("EpilogSlurmctld", "slurm-gpu-epilog", "slurm_hooks.epilog"),
     "healthcheck": ("HealthCheckProgram", "slurm-gpu-healthcheck", "healthcheck.healthcheck"),
+    "taskprolog": ("TaskProlog", "slurm-gpu-taskprolog", "slurm_hooks.taskprolog"),
 }
 
 
@@ -123,6 +124,7 @@ def slurm_conf(lab: LabPaths, opts: RenderOptions) -> str:
         prolog=conf_value(lab.hook("prolog")), epilog=conf_value(lab.hook("epilog")),
         epilog_slurmctld=conf_value(lab.hook("epilog-slurmctld")),
         healthcheck=conf_value(lab.hook("healthcheck")),
+        taskprolog=conf_value(lab.hook("taskprolog")),
         health_interval=opts.health_interval, node_lines="\n".join(lines),
         nodelist=nodelist(opts.nodes))
 

@@ -1,0 +1,115 @@
+"""The NCCL environment a task should get on this node: pure, facts in, ``(NAME, value)`` out.
+
+* ``NCCL_IB_HCA``: the ACTIVE ports (of ``[[nodes]] ib_ports`` when listed) of the HCAs closest
+  to the task's GPUs: the same PCIe switch first, then the same NUMA node
+  (``topology.closeness``); every ACTIVE port when the task has no GPU the driver lists. The
+  ``=`` prefix makes NCCL match the names exactly (``mlx5_1`` would also pick ``mlx5_10``).
+* ``NCCL_IB_GID_INDEX``: when a chosen port is RoCE (link layer Ethernet), ``[[nodes]]
+  roce_gid_index``, else the lowest index that is RoCE v2 on every chosen RoCE port.
+* ``NCCL_SOCKET_IFNAME``: ``[nccl] socket_ifname``, else the chosen HCAs' interfaces that are up.
+* ``[nccl] env``: the site's fixed settings (NCCL_IB_TIMEOUT, NCCL_NET_GDR_LEVEL, ...).
+
+A name the task's environment already has is left out: the user's setting wins.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from .facts import IbPortFacts
+from .topology import GpuPlace, HcaPlace, closest
+
+ACTIVE = 4
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def value_problem(value: str) -> Optional[str]:
+    """Slurm takes everything after ``=`` to the end of the line as the value."""
+    if any(ch in value for ch in "\n\r\0"):
+        return "holds a line break or NUL"
+    return None
+
+
+def task_gpus(env: Mapping[str, str]) -> Optional[List[int]]:
+    """The task's GPUs as GRES indices (device minors): the step's, else the job's; None when
+    the task has none (or the variable is unreadable)."""
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        text = env.get(name, "").strip()
+        if text:
+            try:
+                return sorted({int(item) for item in text.split(",") if item.strip()})
+            except ValueError:
+                return None
+    return None
+
+
+def usable_ports(ports: Sequence[IbPortFacts], expected_ports: Optional[Iterable[str]]) -> List[IbPortFacts]:
+    wanted = None
+    if expected_ports is not None:
+        wanted = set()
+        for text in expected_ports:
+            hca, _, number = str(text).partition(":")
+            wanted.add((hca, int(number or 1)))
+    return sorted((p for p in ports if p.state == ACTIVE and (wanted is None or (p.hca, p.port) in wanted)),
+                  key=lambda p: (p.hca, p.port))
+
+
+def chosen_ports(gpus: Optional[Sequence[int]], gpu_places: Mapping[int, GpuPlace],
+                 hca_places: Mapping[str, HcaPlace], ports: Sequence[IbPortFacts]) -> List[IbPortFacts]:
+    placed = [gpu_places[g].place for g in (gpus or []) if g in gpu_places]
+    if not placed:
+        return list(ports)
+    candidates = [hca_places[h] for h in dict.fromkeys(p.hca for p in ports) if h in hca_places]
+    near = {h.hca for place in placed for h in closest(place, candidates)}
+    # Ports whose HCA has no PCI facts cannot be placed: they stay out unless nothing is placed.
+    return [p for p in ports if p.hca in near] or list(ports)
+
+
+def gid_index(ports: Sequence[IbPortFacts], configured: Optional[int]) -> Optional[int]:
+    roce = [p for p in ports if p.link_layer == "Ethernet"]
+    if not roce:
+        return None
+    if configured is not None:
+        return int(configured)
+    common = None
+    for port in roce:
+        v2 = {i for i, kind in port.gid_types.items() if kind.strip().lower() == "roce v2"}
+        common = v2 if common is None else common & v2
+    return min(common) if common else None
+
+
+def derive(env: Mapping[str, str], ports: Sequence[IbPortFacts], gpu_places: Mapping[int, GpuPlace],
+           hca_places: Mapping[str, HcaPlace], expected: Mapping, settings: Mapping) -> List[Tuple[str, str]]:
+    """The ``(NAME, value)`` pairs to export, in a stable order; raises ValueError on a value
+    that cannot be exported (the caller then exports nothing)."""
+    out: List[Tuple[str, str]] = []
+    usable = usable_ports(ports, expected.get("ib_ports"))
+    chosen = chosen_ports(task_gpus(env), gpu_places, hca_places, usable)
+    if chosen:
+        out.append(("NCCL_IB_HCA", "=" + ",".join(f"{p.hca}:{p.port}" for p in chosen)))
+        gid = gid_index(chosen, expected.get("roce_gid_index"))
+        if gid is not None:
+            out.append(("NCCL_IB_GID_INDEX", str(gid)))
+    ifname = str(settings.get("socket_ifname", ""))
+    if not ifname:
+        names: Dict[str, None] = {}
+        for port in chosen:
+            place = hca_places.get(port.hca)
+            for netdev, state in (place.netdevs.items() if place else ()):
+                if state == "up":
+                    names[netdev] = None
+        ifname = "=" + ",".join(names) if names else ""
+    if ifname:
+        out.append(("NCCL_SOCKET_IFNAME", ifname))
+    for name, value in sorted(dict(settings.get("env", {})).items()):
+        out.append((str(name), str(value)))
+    for name, value in out:
+        problem = None if NAME.fullmatch(name) else "is not a variable name"
+        problem = problem or value_problem(value)
+        if problem:
+            raise ValueError(f"{name}: {problem}")
+    return [(name, value) for name, value in out if name not in env]
+
+
+def export_lines(pairs: Sequence[Tuple[str, str]]) -> str:
+    return "".join(f"export {name}={value}\n" for name, value in pairs)

@@ -1,0 +1,68 @@
+"""``slurm-gpu-taskprolog``: Slurm's TaskProlog (run by slurmstepd as the job's user before each
+task, in the task's environment). What it prints as ``export NAME=value`` Slurm sets in the task.
+
+It exports the NCCL settings that fit this node's fabric (``healthcheck/nccl_env.py``) on nodes
+whose ``[[nodes]]`` group has ``nccl_env = true``, and never a name the task already has. It
+never fails a task: on any problem it prints nothing, says why in one line on stderr and exits 0.
+It runs once per task, so it reads only small files (config, sysfs, the driver's /proc files):
+no NVML, no subprocess, no click.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping, Optional, Sequence
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from healthcheck.hookenv import run_hook
+
+    return run_hook("taskprolog", _run)
+
+
+def _run() -> int:
+    text = exports(os.environ)        # all of it first: on any problem nothing is printed
+    if text:
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError as exc:
+            _log(f"could not print the exports: {exc}")
+    return 0
+
+
+def exports(env: Mapping[str, str]) -> str:
+    """The ``export`` lines for this task ('' when the node did not opt in)."""
+    from healthcheck.config import node_name
+    from healthcheck.hookenv import load_config_or_none
+    from healthcheck.nccl_env import derive, export_lines
+    from healthcheck.probes.ib_sysfs import probe_ib
+    from healthcheck.sources import node_paths
+    from healthcheck.topology import gpu_places, hca_places
+
+    config = load_config_or_none(env, "taskprolog")
+    if config is None:
+        return ""
+    node = node_name(None, env)
+    expected = config.expected_hardware(node)
+    if not expected.get("nccl_env"):
+        return ""
+    sysfs_root, proc_root = node_paths(config, node)
+    ib = probe_ib(sysfs_root, counters=())
+    if ib.status != "ok":
+        _log(f"IB ports unreadable, doing nothing: {ib.message}")
+        return ""
+    pairs = derive(env, ib.ports, gpu_places(sysfs_root, proc_root), hca_places(sysfs_root), expected,
+                   config.section("nccl"))
+    return export_lines(pairs)
+
+
+def _log(message: str) -> None:
+    try:
+        print(f"slurm-gpu-taskprolog: {message}", file=sys.stderr)
+    except BaseException:              # noqa: B036 - nothing here may fail the task
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
