@@ -9,11 +9,19 @@
 * ``NCCL_SOCKET_IFNAME``: ``[nccl] socket_ifname``, else the chosen HCAs' interfaces that are up.
 * ``[nccl] env``: the site's fixed settings (NCCL_IB_TIMEOUT, NCCL_NET_GDR_LEVEL, ...).
 
-A name the task's environment already has is left out: the user's setting wins.
+A name the task's environment already has is left out: the user's setting wins. Our own
+settings are not the user's, though a task inherits them: the batch script's TaskProlog exports
+them into the batch environment, and every ``srun`` in it passes that environment on to its
+step's tasks, on this node and on the job's other nodes. So each export is also recorded in
+``SGH_NCCL_EXPORTED`` (``NAME:crc32`` of the value we set); a name whose value still matches
+that record is ours and is derived again for this task (a port that went down since, another
+node's HCAs), or unset when this task gets none. A value the user changed is theirs and stays.
 """
 from __future__ import annotations
 
 import re
+import zlib
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .facts import IbPortFacts
@@ -21,6 +29,15 @@ from .topology import GpuPlace, HcaPlace, closest
 
 ACTIVE = 4
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What this tool exported into the task: "NAME:crc32,..." (see the module's docstring).
+MARK = "SGH_NCCL_EXPORTED"
+
+
+@dataclass
+class Plan:
+    """What the TaskProlog prints: ``export NAME=value`` lines, then ``unset NAME`` lines."""
+    exports: List[Tuple[str, str]] = field(default_factory=list)
+    unsets: List[str] = field(default_factory=list)
 
 
 def value_problem(value: str) -> Optional[str]:
@@ -78,13 +95,13 @@ def gid_index(ports: Sequence[IbPortFacts], configured: Optional[int]) -> Option
     return min(common) if common else None
 
 
-def derive(env: Mapping[str, str], ports: Sequence[IbPortFacts], gpu_places: Mapping[int, GpuPlace],
+def wanted(gpus: Optional[Sequence[int]], ports: Sequence[IbPortFacts], gpu_places: Mapping[int, GpuPlace],
            hca_places: Mapping[str, HcaPlace], expected: Mapping, settings: Mapping) -> List[Tuple[str, str]]:
-    """The ``(NAME, value)`` pairs to export, in a stable order; raises ValueError on a value
-    that cannot be exported (the caller then exports nothing)."""
+    """The ``(NAME, value)`` pairs this task should have, in a stable order; raises ValueError
+    on a value that cannot be exported (the caller then exports nothing)."""
     out: List[Tuple[str, str]] = []
     usable = usable_ports(ports, expected.get("ib_ports"))
-    chosen = chosen_ports(task_gpus(env), gpu_places, hca_places, usable)
+    chosen = chosen_ports(gpus, gpu_places, hca_places, usable)
     if chosen:
         out.append(("NCCL_IB_HCA", "=" + ",".join(f"{p.hca}:{p.port}" for p in chosen)))
         gid = gid_index(chosen, expected.get("roce_gid_index"))
@@ -108,8 +125,50 @@ def derive(env: Mapping[str, str], ports: Sequence[IbPortFacts], gpu_places: Map
         problem = problem or value_problem(value)
         if problem:
             raise ValueError(f"{name}: {problem}")
-    return [(name, value) for name, value in out if name not in env]
+    return out
 
 
-def export_lines(pairs: Sequence[Tuple[str, str]]) -> str:
-    return "".join(f"export {name}={value}\n" for name, value in pairs)
+def digest(value: str) -> str:
+    return f"{zlib.crc32(value.encode('utf-8', 'surrogateescape')):08x}"
+
+
+def ours(env: Mapping[str, str]) -> Dict[str, str]:
+    """The names the task has from an earlier export of ours, value unchanged (name -> value)."""
+    found: Dict[str, str] = {}
+    for item in env.get(MARK, "").split(","):
+        name, _, recorded = item.partition(":")
+        if name and name in env and digest(env[name]) == recorded:
+            found[name] = env[name]
+    return found
+
+
+def plan(env: Mapping[str, str], pairs: Sequence[Tuple[str, str]]) -> Plan:
+    """Export what the task should have unless the user set it; unset what we set earlier and
+    this task should not have; record what is ours now in ``MARK``."""
+    inherited = ours(env)
+    out = Plan()
+    mine: Dict[str, str] = {}
+    for name, value in pairs:
+        if name in env and name not in inherited:
+            continue                      # the user's
+        mine[name] = value
+        if env.get(name) != value:
+            out.exports.append((name, value))
+    out.unsets = sorted(name for name in inherited if name not in mine)
+    mark = ",".join(f"{name}:{digest(value)}" for name, value in mine.items())
+    if mark and env.get(MARK) != mark:
+        out.exports.append((MARK, mark))
+    elif not mark and MARK in env:
+        out.unsets.append(MARK)
+    return out
+
+
+def derive(env: Mapping[str, str], ports: Sequence[IbPortFacts], gpu_places: Mapping[int, GpuPlace],
+           hca_places: Mapping[str, HcaPlace], expected: Mapping, settings: Mapping) -> Plan:
+    """What this task's TaskProlog prints; raises ValueError as ``wanted`` does."""
+    return plan(env, wanted(task_gpus(env), ports, gpu_places, hca_places, expected, settings))
+
+
+def render(result: Plan) -> str:
+    return "".join([f"export {name}={value}\n" for name, value in result.exports] +
+                   [f"unset {name}\n" for name in result.unsets])

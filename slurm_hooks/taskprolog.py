@@ -2,10 +2,12 @@
 task, in the task's environment). What it prints as ``export NAME=value`` Slurm sets in the task.
 
 It exports the NCCL settings that fit this node's fabric (``healthcheck/nccl_env.py``) on nodes
-whose ``[[nodes]]`` group has ``nccl_env = true``, and never a name the task already has. It
-never fails a task: on any problem it prints nothing, says why in one line on stderr and exits 0.
-It runs once per task, so it reads only small files (config, sysfs, the driver's /proc files):
-no NVML, no subprocess, no click.
+whose ``[[nodes]]`` group has ``nccl_env = true``, and never a name the user set. A value the
+task inherited from an earlier export of ours (the batch script's TaskProlog, another node's) is
+not the user's: it is derived again for this task (``SGH_NCCL_EXPORTED`` tells the two apart).
+It never fails a task: on any problem it prints nothing, says why in one line on stderr and
+exits 0. It runs once per task, so it reads only small files (config, sysfs, the driver's /proc
+files): no NVML, no subprocess, no click.
 """
 from __future__ import annotations
 
@@ -32,10 +34,10 @@ def _run() -> int:
 
 
 def exports(env: Mapping[str, str]) -> str:
-    """The ``export`` lines for this task ('' when the node did not opt in)."""
+    """The ``export``/``unset`` lines for this task ('' when the node did not opt in)."""
     from healthcheck.config import node_name
     from healthcheck.hookenv import load_config_or_none
-    from healthcheck.nccl_env import derive, export_lines
+    from healthcheck.nccl_env import derive, render
     from healthcheck.probes.ib_sysfs import probe_ib
     from healthcheck.sources import node_paths
     from healthcheck.topology import gpu_places, hca_places
@@ -52,9 +54,8 @@ def exports(env: Mapping[str, str]) -> str:
     if ib.status != "ok":
         _log(f"IB ports unreadable, doing nothing: {ib.message}")
         return ""
-    pairs = derive(env, ib.ports, gpu_places(sysfs_root, proc_root), hca_places(sysfs_root), expected,
-                   config.section("nccl"))
-    return export_lines(pairs)
+    return render(derive(env, ib.ports, gpu_places(sysfs_root, proc_root), hca_places(sysfs_root), expected,
+                         config.section("nccl")))
 
 
 def _log(message: str) -> None:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from healthcheck.facts import IbPortFacts
-from healthcheck.nccl_env import chosen_ports, derive, gid_index, task_gpus, usable_ports
+from healthcheck.nccl_env import MARK, Plan, chosen_ports, derive, digest, gid_index, plan, task_gpus, usable_ports
 from healthcheck.sim.node import SimNode
 from healthcheck.topology import GpuPlace, HcaPlace, PciPlace, closest, gpu_places, hca_places, parse_minor
 
@@ -78,19 +78,49 @@ def test_a_task_without_placed_gpus_gets_every_usable_port():
     assert chosen_ports([7], {}, {}, ports) == ports
 
 
-def test_derive_never_exports_what_the_task_has_and_refuses_line_breaks():
+def test_derive_never_exports_what_the_user_set_and_refuses_line_breaks():
     gpus = {0: GpuPlace(0, place("pci0000:00", "pex0", "0000:18:00.0", numa=0))}
     hcas = {"mlx5_0": HcaPlace("mlx5_0", place("pci0000:00", "pex0", "0000:19:00.0", numa=0), {"ib0": "up"}),
             "mlx5_1": HcaPlace("mlx5_1", place("pci0000:00", "pex1", "0000:29:00.0", numa=0), {"ib1": "up"})}
     ports = [port("mlx5_0"), port("mlx5_1")]
     env = {"SLURM_JOB_GPUS": "0"}
     settings = {"socket_ifname": "", "env": {"NCCL_IB_TIMEOUT": "22"}}
-    assert derive(env, ports, gpus, hcas, {}, settings) == [
-        ("NCCL_IB_HCA", "=mlx5_0:1"), ("NCCL_SOCKET_IFNAME", "=ib0"), ("NCCL_IB_TIMEOUT", "22")]
+    mark = f"NCCL_IB_HCA:{digest('=mlx5_0:1')},NCCL_SOCKET_IFNAME:{digest('=ib0')},NCCL_IB_TIMEOUT:{digest('22')}"
+    assert derive(env, ports, gpus, hcas, {}, settings) == Plan(exports=[
+        ("NCCL_IB_HCA", "=mlx5_0:1"), ("NCCL_SOCKET_IFNAME", "=ib0"), ("NCCL_IB_TIMEOUT", "22"), (MARK, mark)])
     mine = dict(env, NCCL_IB_HCA="mlx5_1", NCCL_IB_TIMEOUT="5")
-    assert derive(mine, ports, gpus, hcas, {}, dict(settings, socket_ifname="^lo")) == [("NCCL_SOCKET_IFNAME", "^lo")]
+    assert derive(mine, ports, gpus, hcas, {}, dict(settings, socket_ifname="^lo")) == Plan(exports=[
+        ("NCCL_SOCKET_IFNAME", "^lo"), (MARK, f"NCCL_SOCKET_IFNAME:{digest('^lo')}")])
     with pytest.raises(ValueError):
         derive(env, ports, gpus, hcas, {}, {"env": {"NCCL_X": "a\nexport LD_PRELOAD=/tmp/x"}})
+
+
+def test_what_a_task_inherited_from_our_export_is_derived_again_what_the_user_changed_stays():
+    # The batch script's TaskProlog exported these; srun passed them on to this step's task.
+    inherited = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_SOCKET_IFNAME": "=ib0,ib1", "NCCL_IB_GID_INDEX": "3",
+                 "NCCL_IB_TIMEOUT": "22"}
+    env = dict(inherited, **{MARK: ",".join(f"{k}:{digest(v)}" for k, v in inherited.items())})
+    now = [("NCCL_IB_HCA", "=mlx5_0:1"), ("NCCL_SOCKET_IFNAME", "=ib0"), ("NCCL_IB_TIMEOUT", "22")]
+    done = plan(env, now)
+    # mlx5_1 went down: both derived values change; the GID index is no longer ours to give; the
+    # unchanged fixed setting is not printed again.
+    assert done.exports[:2] == now[:2] and done.unsets == ["NCCL_IB_GID_INDEX"]
+    assert done.exports[2] == (MARK, ",".join(f"{k}:{digest(v)}" for k, v in now))
+    # The user replaced NCCL_IB_HCA in the batch script after our export: theirs, kept.
+    users = dict(env, NCCL_IB_HCA="=mlx5_7:1")
+    done = plan(users, now)
+    assert "NCCL_IB_HCA" not in dict(done.exports) and "NCCL_IB_HCA" not in done.unsets
+    assert dict(done.exports)["NCCL_SOCKET_IFNAME"] == "=ib0"
+    # Nothing left to give: every inherited value of ours and the record go.
+    assert plan(env, []) == Plan(exports=[], unsets=sorted(inherited) + [MARK])
+    # The same values again: nothing to print.
+    same = list(inherited.items())
+    assert plan(env, same) == Plan()
+
+
+def test_a_record_that_does_not_match_claims_nothing():
+    env = {"NCCL_IB_HCA": "=mlx5_3:1", MARK: "NCCL_IB_HCA:00000000,garbage,:x,NCCL_NOT_SET:" + digest("")}
+    assert plan(env, [("NCCL_IB_HCA", "=mlx5_0:1")]) == Plan(unsets=[MARK])
 
 
 # -- the simulator renders real formats; the console script end to end ------------------------------------------
@@ -125,10 +155,42 @@ def test_console_script_exports_the_closest_ports_and_keeps_the_users(tmp_path):
     cfg = config(tmp_path)
     done = taskprolog(cfg, SLURM_JOB_GPUS="0,5")
     assert done.returncode == 0 and done.stderr == ""
-    assert done.stdout.splitlines() == ["export NCCL_IB_HCA==mlx5_0:1,mlx5_5:1", "export NCCL_SOCKET_IFNAME==ib0,ib5",
-                                        "export NCCL_IB_TIMEOUT=22"]
+    assert done.stdout.splitlines()[:3] == ["export NCCL_IB_HCA==mlx5_0:1,mlx5_5:1",
+                                            "export NCCL_SOCKET_IFNAME==ib0,ib5", "export NCCL_IB_TIMEOUT=22"]
+    assert done.stdout.splitlines()[3].startswith(f"export {MARK}=NCCL_IB_HCA:") and len(done.stdout.splitlines()) == 4
     done = taskprolog(cfg, SLURM_JOB_GPUS="0,5", NCCL_IB_HCA="=mlx5_3", NCCL_IB_TIMEOUT="19")
-    assert done.stdout.splitlines() == ["export NCCL_SOCKET_IFNAME==ib0,ib5"]
+    assert done.stdout.splitlines()[0] == "export NCCL_SOCKET_IFNAME==ib0,ib5"
+    assert applied({}, done.stdout)[MARK] == f"NCCL_SOCKET_IFNAME:{digest('=ib0,ib5')}"
+
+
+def applied(env, stdout):
+    """The task's environment after Slurm applied the TaskProlog's lines."""
+    out = dict(env)
+    for line in stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "export":
+            name, _, value = rest.partition("=")
+            out[name] = value
+        elif word == "unset":
+            out.pop(rest, None)
+    return out
+
+
+def test_a_port_set_down_during_the_job_leaves_the_next_steps_tasks(tmp_path):
+    """Seen in the lab: the batch script's task got mlx5_0,mlx5_1; mlx5_1 went down; the next
+    srun step's task inherited the batch environment and kept mlx5_1 (taken for the user's)."""
+    cfg = config(tmp_path)
+    batch = applied({"SLURM_JOB_GPUS": "0,1"}, taskprolog(cfg, SLURM_JOB_GPUS="0,1").stdout)
+    assert batch["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+    SimNode(str(tmp_path / "state"), "n1").inject([("ib.mlx5_1:1.state", "1: DOWN")])
+    step = {k: v for k, v in batch.items() if k != "SLURM_GPU_HOOKS_CONFIG"}
+    step["SLURM_STEP_GPUS"] = "0,1"
+    task = applied(step, taskprolog(cfg, **step).stdout)
+    assert task["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_2:1,mlx5_3:1"      # GPU 1's NUMA neighbours stand in
+    assert task["NCCL_SOCKET_IFNAME"] == "=ib0,ib2,ib3" and task["NCCL_IB_TIMEOUT"] == "22"
+    # The user's own choice in the batch script, after our export, stays.
+    mine = dict(step, NCCL_IB_HCA="=mlx5_7:1")
+    assert applied(mine, taskprolog(cfg, **mine).stdout)["NCCL_IB_HCA"] == "=mlx5_7:1"
 
 
 def test_a_port_set_down_is_left_out(tmp_path):
@@ -148,3 +210,15 @@ def test_nodes_that_did_not_opt_in_and_broken_nodes_print_nothing(tmp_path):
     bad.write_text('[nccl]\nenv = { "NCCL X" = "1" }\n')
     done = taskprolog(str(bad), SLURM_JOB_GPUS="0")
     assert done.returncode == 0 and done.stdout == "" and len(done.stderr.splitlines()) == 1
+
+
+def test_a_task_start_loads_no_cli_no_nvml_and_starts_no_process(tmp_path):
+    probe = ("import sys\n"
+             "from slurm_hooks import taskprolog\n"
+             "assert taskprolog.main([]) == 0\n"
+             "print(sorted(m for m in ('click', 'jinja2', 'pynvml', 'subprocess', 'ctypes') if m in sys.modules),"
+             " file=sys.stderr)\n")
+    env = {"SLURM_GPU_HOOKS_CONFIG": config(tmp_path), "SLURMD_NODENAME": "n1", "SLURM_JOB_GPUS": "0"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "export NCCL_IB_HCA==mlx5_0:1" in done.stdout and done.stderr.strip() == "[]"

@@ -1,6 +1,9 @@
 """TaskProlog on the real Slurm: a job's tasks get the NCCL variables derived from their node's
 simulated fabric (the HCA beside each of the job's GPUs), a port set down before a step is left
-out of that step's NCCL_IB_HCA, and a user's own NCCL_IB_HCA survives."""
+out of that step's NCCL_IB_HCA, and a user's own NCCL_IB_HCA survives.
+
+The batch script is a task too: its TaskProlog's exports are in the environment every srun in it
+passes on, so each step's task starts with the batch task's values (ours, not the user's)."""
 from __future__ import annotations
 
 import os
@@ -8,6 +11,8 @@ import time
 import uuid
 
 import pytest
+
+from healthcheck.nccl_env import MARK
 
 from .conftest import slurm_gpu
 
@@ -39,6 +44,7 @@ def test_tasks_get_the_nccl_environment_of_their_node(lab):
     script = os.path.join(out, "job.sh")
     with open(script, "w", encoding="utf-8") as handle:
         handle.write("#!/bin/bash\n"
+                     f"/usr/bin/env > {out}/batch.env\n"
                      f"srun -n1 /usr/bin/env > {out}/step1.tmp && mv {out}/step1.tmp {out}/step1.env\n"
                      f"for i in $(seq 1 {WAIT_S * 5}); do [ -e {marker} ] && break; sleep 0.2; done\n"
                      f"srun -n1 /usr/bin/env > {out}/step2.tmp && mv {out}/step2.tmp {out}/step2.env\n"
@@ -59,6 +65,8 @@ def test_tasks_get_the_nccl_environment_of_their_node(lab):
         assert first["NCCL_SOCKET_IFNAME"] == "=" + ",".join(f"ib{g}" for g in gpus)
         assert first["NCCL_IB_TIMEOUT"] == "22"          # the site's fixed setting ([nccl] env)
         assert "NCCL_IB_GID_INDEX" not in first          # InfiniBand, not RoCE
+        batch = read_env(f"{out}/batch.env")             # what every srun step's task inherits
+        assert batch["NCCL_IB_HCA"] == first["NCCL_IB_HCA"] and MARK in batch
 
         down = gpus[1]
         inject = slurm_gpu("sim", "inject", NODE, f'ib.mlx5_{down}:1.state="1: DOWN"', env=lab.env)
@@ -68,6 +76,7 @@ def test_tasks_get_the_nccl_environment_of_their_node(lab):
         second = read_env(f"{out}/step2.env")
         chosen = second["NCCL_IB_HCA"].lstrip("=").split(",")
         assert f"mlx5_{down}:1" not in chosen and f"mlx5_{gpus[0]}:1" in chosen, second["NCCL_IB_HCA"]
+        assert f"ib{down}" not in second["NCCL_SOCKET_IFNAME"] and second[MARK] != batch[MARK]
         assert read_env(f"{out}/step3.env")["NCCL_IB_HCA"] == "=mlx5_7:1"     # the user's own survives
         with open(f"{out}/job.err", encoding="utf-8", errors="replace") as handle:
             assert "taskprolog" not in handle.read()
