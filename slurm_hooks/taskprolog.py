@@ -17,8 +17,13 @@ from typing import Mapping, Optional, Sequence
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.hookenv import run_hook
+    from healthcheck.hookenv import help_requested, run_hook
 
+    asked = help_requested("taskprolog", argv, __doc__ or "",
+                           "SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_STEP_GPUS=0,1 slurm-gpu-taskprolog"
+                           "   # the export lines a task of job 42 on GPUs 0,1 gets")
+    if asked is not None:
+        return asked
     return run_hook("taskprolog", _run)
 
 

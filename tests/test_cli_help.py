@@ -47,7 +47,7 @@ def test_help_says_what_it_does_its_options_and_one_example(path, command):
     assert " ".join(["slurm-gpu", *path]) in examples[0], examples[0]
 
 
-@pytest.mark.parametrize("hook", ["prolog", "epilog"])
+@pytest.mark.parametrize("hook", ["prolog", "epilog", "taskprolog"])
 def test_the_job_hooks_answer_help_with_an_example_and_refuse_arguments(hook, capsys):
     import importlib
 

@@ -161,3 +161,26 @@ def test_checks_import_no_module_that_does_io():
         if bad:
             offenders[name] = bad
     assert offenders == {}
+
+
+# slurmstepd runs the TaskProlog before every task of every step: no CLI, no templates, no
+# processes (it reads a few files). NVML is imported lazily elsewhere in its closure (sources);
+# tests/test_taskprolog.py checks that a run never loads it.
+TASKPROLOG_NEVER = {"click", "jinja2", "markupsafe", "subprocess", "multiprocessing"}
+
+
+def test_the_taskprolog_import_path_is_lean():
+    closure = _closure("slurm_hooks.taskprolog") | {"slurm_hooks.taskprolog"}
+    assert "healthcheck.nccl_env" in closure and "healthcheck.topology" in closure
+    assert sorted(name for name in closure if name.startswith("slurm_hooks")) == ["slurm_hooks.taskprolog"]
+    heavy = {name: sorted(t for t in GRAPH[name] if t.split(".")[0] in TASKPROLOG_NEVER) for name in closure}
+    assert {name: targets for name, targets in heavy.items() if targets} == {}
+
+
+def test_the_lean_path_test_sees_a_heavy_import():
+    GRAPH["healthcheck.topology"].add("click")
+    try:
+        closure = _closure("slurm_hooks.taskprolog")
+        assert any("click" in GRAPH[name] for name in closure)
+    finally:
+        GRAPH["healthcheck.topology"].discard("click")

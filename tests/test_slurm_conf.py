@@ -31,6 +31,7 @@ def test_the_lines_name_every_hook_by_absolute_path():
         "Prolog": f"{STABLE}/slurm-gpu-prolog",
         "Epilog": f"{STABLE}/slurm-gpu-epilog",
         "EpilogSlurmctld": f"{STABLE}/slurm-gpu-epilog",
+        "TaskProlog": f"{STABLE}/slurm-gpu-taskprolog",
         "HealthCheckProgram": f"{STABLE}/slurm-gpu-healthcheck",
         "HealthCheckInterval": "120",
         "HealthCheckNodeState": "IDLE",
@@ -48,7 +49,7 @@ def test_by_default_the_paths_are_this_installation_and_exist():
     result = run_cli(["slurm-conf"])
     assert result.exit_code == 0, result.stderr
     found = settings(result.stdout)
-    for key in ("Prolog", "Epilog", "EpilogSlurmctld", "HealthCheckProgram"):
+    for key in ("Prolog", "Epilog", "EpilogSlurmctld", "TaskProlog", "HealthCheckProgram"):
         assert os.path.isabs(found[key]) and os.access(found[key], os.X_OK), found[key]
 
 

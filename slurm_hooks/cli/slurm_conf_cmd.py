@@ -15,7 +15,7 @@ import click
 
 from .common import fail
 
-HOOK_COMMANDS = ("slurm-gpu-prolog", "slurm-gpu-epilog", "slurm-gpu-healthcheck")
+HOOK_COMMANDS = ("slurm-gpu-prolog", "slurm-gpu-epilog", "slurm-gpu-healthcheck", "slurm-gpu-taskprolog")
 NODE_STATES = ("ANY", "IDLE", "ALLOC", "MIXED", "NONDRAINED_IDLE")
 DEFAULT_INTERVAL_S = 300
 
@@ -57,7 +57,7 @@ def installed_bin_dir(argv0: str = "", executable: str = "") -> Optional[str]:
               help="HealthCheckNodeState: which nodes the health check runs on.")
 def slurm_conf(bin_dir: Optional[str], interval: int, node_state: str) -> None:
     """Print the slurm.conf lines for this installation: PrologFlags, Prolog, Epilog,
-    EpilogSlurmctld, HealthCheckProgram (absolute paths of the installed commands),
+    EpilogSlurmctld, TaskProlog, HealthCheckProgram (absolute paths of the installed commands),
     HealthCheckInterval and HealthCheckNodeState, each with a comment.
 
     Example: /opt/slurm-gpu-hooks/current/bin/slurm-gpu slurm-conf >> /etc/slurm/slurm.conf

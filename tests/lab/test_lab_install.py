@@ -27,8 +27,8 @@ pytestmark = pytest.mark.lab
 DOC = os.path.join(ROOT, "docs", "install.md")
 CONFIG_DIR = "/etc/slurm-gpu-hooks"
 CONFIG = os.path.join(CONFIG_DIR, "config.toml")
-HOOK_SETTINGS = re.compile(r"^(PrologFlags|Prolog|Epilog|EpilogSlurmctld|HealthCheckProgram|HealthCheckInterval"
-                           r"|HealthCheckNodeState)=", re.MULTILINE)
+HOOK_SETTINGS = re.compile(r"^(PrologFlags|Prolog|Epilog|EpilogSlurmctld|TaskProlog|HealthCheckProgram"
+                           r"|HealthCheckInterval|HealthCheckNodeState)=", re.MULTILINE)
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -93,6 +93,7 @@ def test_following_install_md_runs_a_job_through_the_installed_hooks(lab, built_
         assert re.search(rf"^Prolog\s+= {re.escape(str(bin_dir))}/slurm-gpu-prolog$", shown, re.MULTILINE), shown
         assert re.search(rf"^HealthCheckProgram\s+= {re.escape(str(bin_dir))}/slurm-gpu-healthcheck$", shown,
                          re.MULTILINE)
+        assert re.search(rf"^TaskProlog\s+= {re.escape(str(bin_dir))}/slurm-gpu-taskprolog$", shown, re.MULTILINE)
 
         node = wait_for("an idle lab node", lambda: _idle_nodes(lab)[:1], timeout=90)[0]
         submitted = lab.run("/usr/bin/sbatch", "--parsable", "-w", node, "--gres=gpu:1", "-o", "/dev/null",
