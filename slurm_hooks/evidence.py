@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from healthcheck.config import Config
 from healthcheck.findings import Finding
+from healthcheck.records.late import finding_evidence  # noqa: F401 - the prolog and epilog's name for it
 
 # Counters compared between the prolog's baseline and the epilog (per GPU / per port).
 GPU_COUNTERS = ("ecc.volatile_uncorrected", "ecc.aggregate_uncorrected", "ecc.volatile_corrected",
@@ -25,18 +26,6 @@ GPU_COUNTERS = ("ecc.volatile_uncorrected", "ecc.aggregate_uncorrected", "ecc.vo
 
 def job_consumer(node: str, job_id: str) -> str:
     return f"{node}.job.{job_id}"
-
-
-def finding_evidence(finding: Finding) -> Dict[str, Any]:
-    item: Dict[str, Any] = {"kind": "finding", "check": finding.check, "status": finding.status,
-                            "action": finding.action, "message": finding.message}
-    if finding.gpu is not None:
-        item["gpu"] = finding.gpu
-    if finding.hca:
-        item["port"] = f"{finding.hca}:{finding.port}"
-    if finding.evidence.get("xid") is not None:
-        item["xid"] = finding.evidence["xid"]
-    return item
 
 
 def event_evidence(event: Any) -> Dict[str, Any]:

@@ -125,3 +125,28 @@ def test_the_program_imports_no_click_nor_jinja2():
              "print(sorted(m for m in ('click', 'jinja2', 'slurm_hooks') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_a_fault_it_finds_amends_the_job_that_just_ended_on_the_gpu(tmp_path):
+    """Late evidence from the health check (its post-decision step): GPU 3 lost seconds after a
+    job that held it ended FAILED makes that job GPU_LOST; a job on GPU 0 keeps FAILED."""
+    import time
+
+    from healthcheck.records import outbox, store
+
+    config = write_config(tmp_path)
+    state = str(tmp_path / "state")
+    now = time.time()
+    for job, gpus in (("41", [3]), ("42", [0])):
+        store.write_record(state, {"job_id": job, "node": "gpu1", "class": "FAILED", "slurm_class": "FAILED",
+                                   "evidence": [], "exit": 1, "gpus": gpus, "ended_at": now - 20})
+        store.note_ending(state, "gpu1", job, now - 20)
+    inject(config, "gpu.3.state=lost")
+    done = program("--config", config, "--node", "gpu1", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["findings"][0]["check"] == "gpu.lost"
+    record = store.read_record(state, "41", "gpu1")
+    assert record["class"] == "GPU_LOST" and record["amended_from"] == "FAILED"
+    assert store.read_record(state, "42", "gpu1")["class"] == "FAILED"
+    assert [item["entry"]["class"] for item in outbox.pending(state)["41"]] == ["GPU_LOST"]
+    assert "42" not in outbox.pending(state)

@@ -88,11 +88,19 @@ class HealthRun:
         }
 
 
-# Steps run after the decision is applied and the run committed, each with the finished run:
-# e.g. amending a recently ended job's AdminComment with late evidence (the epilog's side
-# registers it). A step's failure is logged and never changes the decision.
-PostStep = Callable[["HealthRun", Config], None]
-POST_DECISION_STEPS: List[PostStep] = []
+# Steps run after the decision is applied and the run committed, each with the finished run.
+# A step's failure is logged and never changes the decision.
+PostStep = Callable[["HealthRun", Config], Any]
+
+
+def _late_evidence(run: "HealthRun", config: Config) -> Any:
+    """Amend the class of jobs that just ended on this node with what this run found failing."""
+    from ..records.late import amend_from_health_run
+
+    return amend_from_health_run(run, config)
+
+
+POST_DECISION_STEPS: List[PostStep] = [_late_evidence]
 
 
 def read_boot_id(path: str) -> str:

@@ -13,11 +13,15 @@ explained with a hardware cause keeps that cause.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List
 
+from ..findings import Finding
 from . import outbox, store
 from .classes import is_hardware
 from .classify import reclassify
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 
 def amend_recent_jobs(state_dir: str, node: str, evidence: Iterable[Dict[str, Any]], now: float,
@@ -53,3 +57,28 @@ def _touching(evidence: List[Dict[str, Any]], job_gpus: Any) -> List[Dict[str, A
     if not isinstance(job_gpus, list):
         return evidence
     return [item for item in evidence if item.get("gpu") is None or item.get("gpu") in job_gpus]
+
+
+def finding_evidence(finding: Finding) -> Dict[str, Any]:
+    """A check's finding as an evidence item (the shape ``classify`` reads)."""
+    item: Dict[str, Any] = {"kind": "finding", "check": finding.check, "status": finding.status,
+                            "action": finding.action, "message": finding.message}
+    if finding.gpu is not None:
+        item["gpu"] = finding.gpu
+    if finding.hca:
+        item["port"] = f"{finding.hca}:{finding.port}"
+    if finding.evidence.get("xid") is not None:
+        item["xid"] = finding.evidence["xid"]
+    return item
+
+
+def amend_from_health_run(run: Any, config: "Config") -> List[Dict[str, Any]]:
+    """The health check's post-decision step (``run`` is its HealthRun): what it found failing with a drain action is late
+    evidence for the jobs that just ended on the node (whether or not a budget held the drain
+    back: the fault is there either way)."""
+    bad = [finding_evidence(f) for f in run.report.findings if f.status == "fail" and f.action == "drain"]
+    if not bad:
+        return []
+    section = config.section("records")
+    return amend_recent_jobs(config.state_dir, run.node, bad, run.started,
+                             float(section["late_evidence_window_s"]), queue=bool(section["accounting"]))
