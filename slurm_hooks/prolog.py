@@ -96,6 +96,9 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         "findings": [ev.finding_evidence(f) for f in judged],
     }
     store.write_baseline(config.state_dir, job_id, node, baseline)
+    if not bad:
+        # Only what this prolog judged: the job's GPUs and the node-wide checks (late evidence).
+        store.note_clean_run(config.state_dir, node, judged, job_gpus, now)
     result: Dict[str, Any] = {"result": "ok", "job_gpus": job_gpus, "mapping": how,
                               "duration_ms": report.duration_ms}
     if not bad:

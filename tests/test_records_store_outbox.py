@@ -211,6 +211,28 @@ def test_late_evidence_amends_only_jobs_it_could_have_ended(tmp_path):
     assert store.read_record(state, "1", "gpu3")["class"] == "INFINIBAND"
 
 
+def test_late_evidence_skips_jobs_that_ended_before_a_run_saw_the_gpu_clean(tmp_path):
+    """Job 7 ended on GPU 0 at 1200; the next job's prolog saw GPU 0 clean at 1210 and then GPU 0
+    fell off the bus under that job: the fault is not why job 7 ended. Job 8 ended on GPU 1 at 1250
+    and nothing looked at GPU 1 since: the fault found at 1300 may be why."""
+    from healthcheck.findings import Finding
+    from healthcheck.records.late import amend_recent_jobs
+
+    state = str(tmp_path)
+    for job, gpu, ended in (("7", 0, 1200.0), ("8", 1, 1250.0)):
+        store.write_record(state, {"job_id": job, "node": "gpu1", "class": "FAILED", "slurm_class": "FAILED",
+                                   "evidence": [], "gpus": [gpu], "ended_at": ended})
+        store.note_ending(state, "gpu1", job, ended)
+    warn_on_1 = Finding(check="gpu.temperature", status="warn", action="warn", message="hot", gpu=1)
+    store.note_clean_run(state, "gpu1", [warn_on_1], [0, 1], at=1210.0)    # GPU 1 not clean: a finding
+    assert store.clean_since(state, "gpu1") == {"gpu0": 1210.0, "node": 1210.0}
+    assert [j["job_id"] for j in store.recent_endings(state, "gpu1", since=0)] == ["7", "8"]   # kept
+    lost = [{"kind": "finding", "check": "gpu.lost", "status": "fail", "action": "drain", "gpu": g} for g in (0, 1)]
+    amended = amend_recent_jobs(state, "gpu1", lost, now=1300.0, window_s=300)
+    assert [r["job_id"] for r in amended] == ["8"]
+    assert store.read_record(state, "7", "gpu1")["class"] == "FAILED"
+
+
 def test_a_queue_of_many_jobs_waits_to_verify_once_per_round(tmp_path):
     state = str(tmp_path)
     acct = FakeAccounting({str(job): "" for job in range(20, 30)})

@@ -7,9 +7,11 @@ late_evidence_window_s`` is reclassified with that evidence added (``classify.re
 the same precedence as the epilog), its record rewritten and its new entry queued for accounting.
 
 Only evidence that could have ended the job counts: a fault on one of the job's GPUs, or a
-node-wide one (an InfiniBand port, fabric manager). A GPU the job was never given falling off
-the bus a minute later says nothing about why that job ended, and a job its own epilog already
-explained with a hardware cause keeps that cause.
+node-wide one (an InfiniBand port, fabric manager), that no check run saw clean after the job
+ended (``store.note_clean``: the next job's prolog and every health-check run record what they
+found clean). A GPU the job was never given falling off the bus a minute later, or the job's
+GPU failing under the next job, says nothing about why that job ended; a job its own epilog
+already explained with a hardware cause keeps that cause.
 """
 from __future__ import annotations
 
@@ -30,13 +32,16 @@ def amend_recent_jobs(state_dir: str, node: str, evidence: Iterable[Dict[str, An
     if not late:
         return []
     amended = []
+    clean = store.clean_since(state_dir, node)
     for ending in store.recent_endings(state_dir, node, since=now - window_s):
         record = store.read_record(state_dir, ending["job_id"], node)
         if record is None or record.get("amended_at"):
             continue
         if is_hardware(str(record.get("class"))):
             continue
-        relevant = _touching(late, record.get("gpus"))
+        ended = float(ending["ended_at"])
+        relevant = [item for item in _touching(late, record.get("gpus"))
+                    if clean.get(store.subject_of(item), float("-inf")) < ended]
         if not relevant:
             continue
         everything = list(record.get("evidence") or []) + relevant
@@ -73,12 +78,17 @@ def finding_evidence(finding: Finding) -> Dict[str, Any]:
 
 
 def amend_from_health_run(run: Any, config: "Config") -> List[Dict[str, Any]]:
-    """The health check's post-decision step (``run`` is its HealthRun): what it found failing with a drain action is late
-    evidence for the jobs that just ended on the node (whether or not a budget held the drain
-    back: the fault is there either way)."""
+    """The health check's post-decision step (``run`` is its HealthRun): what it found failing
+    with a drain action is late evidence for the jobs that just ended on the node (whether or not
+    a budget held the drain back: the fault is there either way); what it found clean is noted."""
     bad = [finding_evidence(f) for f in run.report.findings if f.status == "fail" and f.action == "drain"]
-    if not bad:
-        return []
-    section = config.section("records")
-    return amend_recent_jobs(config.state_dir, run.node, bad, run.started,
-                             float(section["late_evidence_window_s"]), queue=bool(section["accounting"]))
+    amended: List[Dict[str, Any]] = []
+    if bad:
+        section = config.section("records")
+        amended = amend_recent_jobs(config.state_dir, run.node, bad, run.started,
+                                    float(section["late_evidence_window_s"]), queue=bool(section["accounting"]))
+    nvml = run.report.facts.nvml
+    gpus = [g.index for g in nvml.gpus] if nvml is not None else []
+    store.note_clean_run(config.state_dir, run.node, run.report.findings, gpus, run.started)
+    return amended
+

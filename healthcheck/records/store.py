@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from .. import fsutil
 
@@ -109,7 +109,44 @@ def note_ending(state_dir: str, node: str, job_id: str, ended_at: float) -> None
         data = fsutil.read_state_json(path) or {}
         jobs = [j for j in data.get("jobs", []) if isinstance(j, dict) and j.get("job_id") != str(job_id)]
         jobs.append({"job_id": str(job_id), "ended_at": float(ended_at)})
-        _write_json(path, {"node": node, "jobs": jobs[-RECENT_KEEP:]})
+        _write_json(path, dict(data, node=node, jobs=jobs[-RECENT_KEEP:]))
+
+
+def note_clean(state_dir: str, node: str, subjects: List[str], at: float) -> None:
+    """Remember that a check run at ``at`` found nothing wrong with ``subjects`` on ``node``
+    (``"gpu3"``, or ``"node"`` for the node-wide checks): a fault found later on one of them
+    arose after ``at``, so it cannot be why a job that ended before ``at`` ended."""
+    if not subjects:
+        return
+    path = _recent_path(state_dir, node)
+    with fsutil.locked(path + ".lock"):
+        data = fsutil.read_state_json(path) or {}
+        clean = data.get("clean") if isinstance(data.get("clean"), dict) else {}
+        for subject in subjects:
+            previous = clean.get(subject)
+            if not isinstance(previous, (int, float)) or previous < at:
+                clean[subject] = float(at)
+        _write_json(path, dict(data, node=node, clean=clean))
+
+
+def note_clean_run(state_dir: str, node: str, findings: Iterable[Any], gpus: Iterable[int], at: float) -> None:
+    """Record which of ``gpus`` (and the node-wide checks) a run starting at ``at`` found clean:
+    no finding of any status, so a probe that could not look is not taken for a clean look."""
+    seen = {subject_of({"gpu": finding.gpu}) for finding in findings}
+    note_clean(state_dir, node, [s for s in [f"gpu{i}" for i in gpus] + ["node"] if s not in seen], at)
+
+
+def clean_since(state_dir: str, node: str) -> Dict[str, float]:
+    """``subject -> the last time a check run found it clean`` (``note_clean``)."""
+    clean = (fsutil.read_state_json(_recent_path(state_dir, node)) or {}).get("clean")
+    if not isinstance(clean, dict):
+        return {}
+    return {str(k): float(v) for k, v in clean.items() if isinstance(v, (int, float))}
+
+
+def subject_of(item: Dict[str, Any]) -> str:
+    """The subject a finding or evidence item is about: its GPU, else the whole node."""
+    return "node" if item.get("gpu") is None else f"gpu{item['gpu']}"
 
 
 def recent_endings(state_dir: str, node: str, since: float) -> List[Dict[str, Any]]:
