@@ -9,7 +9,8 @@ exception: the prolog still exits non-zero, so the job does not start on the bad
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from healthcheck.findings import Finding
 
@@ -46,21 +47,90 @@ def drain_findings(config, findings: List[Finding], events: List[Dict[str, Any]]
 
 def drain_for(config, backend, node: str, findings: List[Finding], events: List[Dict[str, Any]]) -> Optional[str]:
     """Drain ``node`` when the findings (and the job window's Xids) ask for it; the reason set,
-    or None when nothing was drained (nothing to drain, someone else's reason, Slurm failed)."""
+    or None when nothing was drained (nothing to drain, someone else's reason, Slurm failed, the
+    drain budget refused)."""
+    return drain_or_refuse(config, backend, node, findings, events)[0]
+
+
+def drain_or_refuse(config, backend, node: str, findings: List[Finding],
+                    events: List[Dict[str, Any]]) -> Tuple[Optional[str], str]:
+    """``drain_for`` and the rule that decided: (reason, rule); rule ``drain-budget`` when the
+    drain budget refused the drain or undid it (``BUDGET_RULE``)."""
     from healthcheck.actions import Policy, apply, decide
     from healthcheck.slurm import SlurmError
 
     draining = drain_findings(config, findings, events)
     if not draining:
-        return None
+        return None, "nothing-to-drain"
     try:
         info, error = backend.node(node), ""
     except SlurmError as exc:
         info, error = None, str(exc)
     decision = decide(node, info, draining, Policy.from_config(config), slurm_error=error)
+    refused = _over_budget(config, backend, node, decision)
+    if refused:
+        print(f"slurm-gpu: {node}: not drained ({BUDGET_RULE}): {refused}; wanted: {decision.reason}",
+              file=sys.stderr)
+        return None, BUDGET_RULE
     applied = apply(backend, decision)
     if applied.error or decision.kind in ("blocked", "leave-alone"):
         print(f"slurm-gpu: {node}: not drained ({decision.rule}): {applied.error or decision.why}; "
               f"wanted: {decision.reason}", file=sys.stderr)
+        return None, decision.rule
+    if applied.done and _undone_over_budget(config, backend, node, decision):
+        return None, BUDGET_RULE
+    return (decision.reason if decision.kind in ("drain", "none") else None), decision.rule
+
+
+# The health check's circuit breaker (healthcheck.health.budget) holds for the prolog's and the
+# epilog's drains too: a fault on every node (a bad driver rollout, a broken check) drains at
+# most the budget, whichever hook sees it first.
+BUDGET_RULE = "drain-budget"
+
+
+def _budget_policy(config, decision):
+    """The health policy when the budget applies to this decision (a new drain), else None."""
+    from healthcheck.health.policy import HealthPolicy
+
+    if decision.kind != "drain" or decision.rule != "drain":
         return None
-    return decision.reason if decision.kind in ("drain", "none") else None
+    policy = HealthPolicy.from_config(config)
+    return policy if policy.budget_enabled else None
+
+
+def _over_budget(config, backend, node: str, decision) -> Optional[str]:
+    """Why the budget refuses this drain; None when it allows it (or does not apply). Slurm
+    not answering refuses too: the health check does the same."""
+    from healthcheck.health.budget import over_budget
+    from healthcheck.slurm import SlurmError
+
+    policy = _budget_policy(config, decision)
+    if policy is None:
+        return None
+    try:
+        return over_budget(backend.nodes(), node, policy, time.time())
+    except SlurmError as exc:
+        return f"Slurm could not be asked for the drain budget ({exc})"
+
+
+def _undone_over_budget(config, backend, node: str, decision) -> bool:
+    """After our drain: other nodes may have drained at the same moment; the drains beyond the
+    budget (latest first) are undone by their own nodes, as the health check does."""
+    from healthcheck.health.budget import keeps_its_drain
+    from healthcheck.health.run import BUDGET_SETTLE_S
+    from healthcheck.slurm import SlurmError
+
+    policy = _budget_policy(config, decision)
+    if policy is None:
+        return False
+    try:
+        time.sleep(BUDGET_SETTLE_S)
+        if keeps_its_drain(backend.nodes(), node, policy, time.time()):
+            return False
+        backend.resume(node)
+    except SlurmError as exc:
+        print(f"slurm-gpu: {node}: drain budget not re-checked after the drain: {exc}", file=sys.stderr)
+        return False
+    print(f"slurm-gpu: {node}: drain undone ({BUDGET_RULE}): another node drained at the same time "
+          f"and the budget holds one fewer; wanted: {decision.reason}", file=sys.stderr)
+    return True

@@ -5,7 +5,8 @@ indices through the device files' minor numbers (``slurm_hooks.gpumap``) and jud
 GPUs and the node-wide findings only: a fault on a GPU the job was not given does not stop the
 job (the health check deals with it). On a bad GPU or link: drain the node with our reason, then
 exit 1 so Slurm requeues, holds or cancels the job as it is configured to (a reason set before
-the non-zero exit survives; a bare exit 1 would only say "Prolog error").
+the non-zero exit survives; a bare exit 1 would only say "Prolog error"). When the drain budget
+(``[health] budget_*``) refuses the drain, exit 0: Slurm would drain on the non-zero exit anyway.
 
 From the same run it records the job's baseline (GPUs, UUIDs, PCI addresses, counters, start
 time, a kernel-log cursor) for the epilog.
@@ -108,13 +109,19 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     from healthcheck.records.late import amend_recent_jobs
 
     from .delivery import backend_for
-    from .drain import drain_for
+    from .drain import BUDGET_RULE, drain_or_refuse
 
     items = [ev.finding_evidence(f) for f in bad]
     result.update(result="bad-node", findings=[f"{f.check} {f.message}" for f in bad])
-    drained = drain_for(config, backend_for(config), node, bad, [])
+    drained, rule = drain_or_refuse(config, backend_for(config), node, bad, [])
     if drained:
         result["drained"] = drained
+    elif rule == BUDGET_RULE:
+        # A non-zero exit would drain the node anyway ("Prolog error"): the budget, a circuit
+        # breaker against a fault everywhere, lets the job run; its epilog records the evidence.
+        result["result"] = "bad-node-over-budget"
+        print(f"slurm-gpu-prolog: {node}: job {job_id} runs on a node the checks call bad: "
+              f"the drain budget is spent", file=sys.stderr)
     section = config.section("records")
     amended = amend_recent_jobs(config.state_dir, node, items, now, float(section["late_evidence_window_s"]),
                                 queue=bool(section["accounting"]))
