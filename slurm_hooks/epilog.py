@@ -70,7 +70,9 @@ def _run(argv: Optional[Sequence[str]]) -> int:
 # -- shared ---------------------------------------------------------------------------------------
 
 def _slurm_view(backend, job_id: str, env: Mapping[str, str]):
-    """Slurm's view from scontrol (reliable from the epilog; sacct is racy there), else env only."""
+    """Slurm's view from scontrol and squeue (reliable from the epilog; sacct is racy there),
+    else env only. State fields the backend could not read trustworthily are absent, never
+    guessed (``CliBackend.job``); what was missing goes into the record as its problem."""
     from healthcheck.records.classify import SlurmView
 
     from healthcheck.slurm import SlurmError
@@ -80,7 +82,8 @@ def _slurm_view(backend, job_id: str, env: Mapping[str, str]):
     except SlurmError as exc:
         return SlurmView.from_scontrol({}, env), {}, f"scontrol: {exc}"
     fields = job.fields if job is not None else {}
-    return SlurmView.from_scontrol(fields, env), fields, None if job else "scontrol: no such job"
+    problem = (job.problem or None) if job is not None else "scontrol: no such job"
+    return SlurmView.from_scontrol(fields, env), fields, problem
 
 
 def _start_time(fields: Mapping[str, str]) -> Optional[float]:

@@ -97,6 +97,8 @@ def gather(config, job_id: str, backend) -> Dict[str, Any]:
     try:
         job = backend.job(job_id)
         live = job.fields if job is not None else None
+        if job is not None and job.problem:
+            problems.append(f"live Slurm: {job.problem}")
     except SlurmError as exc:
         problems.append(f"live Slurm: {exc}")
     node_list = (row or {}).get("NodeList") or (live or {}).get("NodeList") or ""

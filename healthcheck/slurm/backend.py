@@ -66,6 +66,7 @@ class NodeInfo:
 class JobInfo:
     job_id: str
     fields: Dict[str, str]
+    problem: str = ""                       # what could not be read trustworthily, in words; "" when all was
 
     def get(self, key: str, default: str = "") -> str:
         return self.fields.get(key, default)

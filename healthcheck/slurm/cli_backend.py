@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import bounded
 from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, local_epoch, resume_argv
@@ -22,13 +22,110 @@ _PAIR_START = re.compile(r" (?=[A-Za-z][A-Za-z0-9_:/.\-]*=)")
 _REASON_SETTER = re.compile(r"^(.*) \[([^@\]]+)@([^\]]*)\]$")
 
 
-def parse_scontrol_record(line: str) -> Dict[str, str]:
-    fields: Dict[str, str] = {}
+def scontrol_pairs(line: str) -> List[Tuple[str, str]]:
+    pairs: List[Tuple[str, str]] = []
     for chunk in _PAIR_START.split(line.strip()):
         key, sep, value = chunk.partition("=")
         if sep:
-            fields[key] = value
+            pairs.append((key, value))
+    return pairs
+
+
+def parse_scontrol_record(line: str) -> Dict[str, str]:
+    """Every pair of a ``scontrol show ... -o`` record (a repeated key: the last value). For a
+    job record, whose text users choose, read ``parse_scontrol_job`` instead."""
+    return dict(scontrol_pairs(line))
+
+
+# The job fields that say how a job ended and where it ran (healthcheck.records.classify, the
+# records, ``slurm-gpu job``). Slurm sets them; a user must not be able to.
+JOB_STATE_KEYS = ("JobState", "Reason", "Requeue", "Restarts", "ExitCode", "StartTime", "EndTime",
+                  "PreemptTime", "NodeList")
+
+
+def parse_scontrol_job(line: str) -> Tuple[Dict[str, str], str]:
+    """A ``scontrol show job -o`` record as (fields, problem).
+
+    The record is ambiguous by design: values are not quoted, and users choose the text of
+    several fields (``sbatch -J``, ``--comment``, ``--chdir``, ``-o``/``-e``, ...), so a job named
+    ``x JobState=PREEMPTED`` prints a second JobState pair. Slurm 22.05 prints the job's state
+    keys between UserId and NodeList, where the only text a user chooses is the job name, which
+    comes first (``JobId= JobName= UserId=``; a job's Reason has its whitespace turned into
+    ``_`` by scontrol). So the state keys are trusted only when the pair after JobName is
+    UserId, every key up to NodeList appears once in the whole record, and no state key appears
+    after NodeList. Otherwise the state keys are left out (never guessed) and ``problem`` says why.
+    """
+    pairs = scontrol_pairs(line)
+    fields = dict(pairs)
+    keys = [key for key, _ in pairs]
+    problem = ""
+    if keys[:3] != ["JobId", "JobName", "UserId"]:
+        problem = "the job name holds key=value text"
+    elif "NodeList" not in keys:
+        problem = "no NodeList"
+    else:
+        end = keys.index("NodeList")
+        repeated = sorted({key for key in keys[:end + 1] if keys.count(key) > 1})
+        late = sorted({key for key in keys[end + 1:] if key in JOB_STATE_KEYS})
+        if repeated or late:
+            problem = "user text holds key=value pairs (" + ", ".join(repeated + late) + ")"
+    if problem:
+        for key in JOB_STATE_KEYS:
+            fields.pop(key, None)
+        problem = f"scontrol show job: state fields left out, {problem}"
+    return fields, problem
+
+
+# squeue prints the state keys from Slurm's own values with nothing a user chooses among
+# them, so "|" separates them unambiguously (Reason last: an admin-set reason may hold anything).
+# squeue -j with one job id asks slurmctld for that job alone (squeue --json on 22.05 ignores -j
+# and dumps every job it holds). (scontrol key, squeue -O field), in the order printed.
+SQUEUE_JOB_FORMAT = (("JobId", "JobID"), ("JobState", "State"), ("Requeue", "Requeue"),
+                     ("Restarts", "RestartCnt"), ("ExitCode", "exit_code"), ("StartTime", "StartTime"),
+                     ("EndTime", "EndTime"), ("PreemptTime", "PreemptTime"), ("NodeList", "NodeList"),
+                     ("Reason", "Reason"))
+SQUEUE_SEPARATOR = "|"
+
+
+def squeue_job_argv(job_id: str) -> List[str]:
+    fields = ",".join(f"{name}:{SQUEUE_SEPARATOR}" for _, name in SQUEUE_JOB_FORMAT)
+    return ["-h", "-t", "all", "-j", str(job_id), "-O", fields]
+
+
+def parse_squeue_job(text: str, job_id: str) -> Dict[str, str]:
+    """``squeue_job_argv``'s output as scontrol's keys and spellings; {} when it is not that job.
+
+    squeue writes a time that is 0 as "N/A" and a pending job's end as "N/A" where scontrol
+    writes "Unknown" (PreemptTime: "None"), and the exit code as the raw wait status that
+    scontrol splits into "exit:signal"."""
+    record = text[:-1] if text.endswith("\n") else text
+    values = record.split(SQUEUE_SEPARATOR, len(SQUEUE_JOB_FORMAT) - 1)
+    if len(values) != len(SQUEUE_JOB_FORMAT) or values[0] != str(job_id):
+        return {}
+    values[-1] = values[-1][:-1] if values[-1].endswith(SQUEUE_SEPARATOR) else values[-1]
+    fields = {key: value for (key, _), value in zip(SQUEUE_JOB_FORMAT, values)}
+    for key in ("StartTime", "EndTime"):
+        if fields[key] in ("N/A", "NONE"):
+            fields[key] = "Unknown"
+    if fields["PreemptTime"] == "N/A":
+        fields["PreemptTime"] = "None"
+    fields["Reason"] = "".join("_" if ch.isspace() else ch for ch in fields["Reason"])
+    fields["ExitCode"] = _exit_code(fields["ExitCode"])
+    if not fields["ExitCode"]:
+        del fields["ExitCode"]
     return fields
+
+
+def _exit_code(raw: str) -> str:
+    """squeue's raw wait status ("768", "15") as scontrol's "exit:signal" ("3:0", "0:15")."""
+    try:
+        status = int(raw)
+    except ValueError:
+        return ""
+    if not 0 <= status <= 0xFFFF:
+        return ""
+    signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+    return f"{os.WEXITSTATUS(status)}:{signal}"
 
 
 class CliBackend:
@@ -109,16 +206,29 @@ class CliBackend:
 
     # -- jobs ------------------------------------------------------------------------------
     def job(self, job_id: str) -> Optional[JobInfo]:
+        """The job as scontrol shows it, with the state keys (``JOB_STATE_KEYS``) from squeue,
+        whose output holds no text a user chose; None once slurmctld has forgotten the job."""
         try:
             out = self.run("scontrol", ["show", "job", "-o", str(job_id)])
         except SlurmError as exc:
             if "Invalid job id" in str(exc):
                 return None
             raise
-        for line in out.splitlines():
-            if line.startswith("JobId="):
-                return JobInfo(str(job_id), parse_scontrol_record(line))
-        return None
+        line = next((line for line in out.splitlines() if line.startswith("JobId=")), None)
+        if line is None:
+            return None
+        fields, problem = parse_scontrol_job(line)
+        try:
+            state = parse_squeue_job(self.run("squeue", squeue_job_argv(job_id)), job_id)
+            missing = "" if state else "squeue: no record of the job"
+        except SlurmError as exc:
+            state, missing = {}, f"squeue: {exc}"
+        if state:
+            fields.update(state)
+            problem = ""
+        else:
+            problem = "; ".join(text for text in (missing, problem) if text)
+        return JobInfo(str(job_id), fields, problem)
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         # scontrol refuses once the job is COMPLETING; sacctmgr works from the Epilog.

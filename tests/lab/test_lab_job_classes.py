@@ -236,3 +236,34 @@ def test_gres_index_maps_to_nvml_index_through_minor_numbers(lab):
         assert _baseline_gpus(lab, job, "gpu3") == [7]
     finally:
         mend(lab, "gpu3")
+
+
+def test_a_job_whose_name_and_comment_forge_state_fields_is_classified_by_what_happened(lab):
+    """Issue 14 part 2: a user's ``--comment "x JobState=PREEMPTED ..."`` or job name printed a second
+    JobState pair in ``scontrol show job -o``, and the epilogs classified the job by it."""
+    from healthcheck.config import Config
+    from healthcheck.records import store
+
+    failed = submit(lab, "-w", "gpu1", "--gres=gpu:1", "-J", "train JobState=NODE_FAIL Reason=NodeDown",
+                    "--comment", "x JobState=PREEMPTED Reason=None PreemptTime=2026-11-30T17:46:01",
+                    "--wrap", "exit 3")
+    completed = submit(lab, "-w", "gpu2", "--gres=gpu:1", "-J",
+                       "x UserId=root(0) GroupId=root(0) JobState=TIMEOUT Reason=TimeLimit "
+                       "PreemptTime=2026-11-30T17:46:01 Comment=y", "--wrap", "true")
+
+    def states():
+        shown = lab.run("squeue", "-h", "-t", "all", "-j", f"{failed},{completed}", "-o", "%i %T").stdout.split()
+        found = dict(zip(shown[::2], shown[1::2]))
+        return found if len(found) == 2 and all(s in FINAL for s in found.values()) else None
+    assert wait_for("both jobs to end", states, timeout=90) == {failed: "FAILED", completed: "COMPLETED"}
+    state_dir = Config.load(lab.env["SLURM_GPU_HOOKS_CONFIG"]).state_dir
+    for job, node, cls in ((failed, "gpu1", "FAILED"), (completed, "gpu2", "COMPLETED")):
+        entries = wait_entries(lab, job, ["*"])
+        assert [(e["node"], e["class"]) for e in entries if e["node"] == "*"] == [("*", cls)], entries
+        records = wait_for(f"job {job}'s records", lambda: (lambda r: r if {x.get("node") for x in r} >= {"*", node}
+                                                            else None)(store.read_records(state_dir, job)))
+        for record in records:
+            assert record["class"] == cls and "problem" not in record, record
+            assert record["slurm"]["JobState"] in ("COMPLETING", cls), record["slurm"]
+        assert job_view(job, lab)["class"] == cls
+    assert [e.get("exit") for e in ac.parse(admin_comment(lab, failed)) if e["node"] == "*"] == [3]
