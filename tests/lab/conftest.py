@@ -59,12 +59,12 @@ def pytest_collection_modifyitems(session, config, items):
     # The health-check tests inject faults, reboot simulated nodes and leave Xid history in the
     # lab's state: they run after the scenario and job-class tests, whose classes such leftovers
     # would change (a GPU still lost made node-fail and nvlink-down jobs GPU_LOST), then `lab down`.
-    # The job-class and Actions tests inject faults too, and a fault found within
+    # The job-class, Actions and storm tests inject faults too, and a fault found within
     # `late_evidence_window_s` of a job's end may amend that job's class: they run after the
     # tests that read the scenario jobs' classes. So does the TaskProlog test (an IB port down).
     def group(item) -> int:
         for rank, module in enumerate(("test_lab_job_classes", "test_lab_actions", "test_lab_taskprolog",
-                                       "test_lab_healthcheck", "test_lab_down"), start=1):
+                                       "test_lab_storm", "test_lab_healthcheck", "test_lab_down"), start=1):
             if module in item.nodeid:
                 return rank
         return 0
