@@ -170,6 +170,15 @@ def test_squeue_answers_about_another_job_or_nothing_are_no_fields():
     line = "8|FAILED|0|0|768|2026-11-30T17:45:59|2026-11-30T17:46:00|N/A|gpu1|NonZeroExitCode|"
     assert parse_squeue_job(line, "7") == {} and parse_squeue_job("", "7") == {}
     assert parse_squeue_job("7|FAILED|0", "7") == {}
+    assert parse_squeue_job("70|FAILED|0|0|768|N/A|N/A|N/A|gpu1|NonZeroExitCode|", "7") == {}
+
+
+def test_the_line_of_that_job_is_read_when_squeue_prints_several():
+    """A heterogeneous job's leader id lists every component, one line each."""
+    text = ("7|RUNNING|0|0|0|2026-11-30T17:45:59|Unknown|N/A|gpu1|None|\n"
+            "8|RUNNING|0|0|0|2026-11-30T17:45:59|Unknown|N/A|gpu2|None|\n")
+    assert (parse_squeue_job(text, "7")["NodeList"], parse_squeue_job(text, "8")["NodeList"]) == ("gpu1", "gpu2")
+    assert parse_squeue_job(text, "7")["Reason"] == "None"
 
 
 def test_a_reason_with_spaces_or_the_separator_stays_whole():

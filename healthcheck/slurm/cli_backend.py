@@ -93,14 +93,15 @@ def squeue_job_argv(job_id: str) -> List[str]:
 
 
 def parse_squeue_job(text: str, job_id: str) -> Dict[str, str]:
-    """``squeue_job_argv``'s output as scontrol's keys and spellings; {} when it is not that job.
+    """``squeue_job_argv``'s output as scontrol's keys and spellings; {} when it has no line
+    for that job (a heterogeneous job's leader lists every component, one line each).
 
     squeue writes a time that is 0 as "N/A" and a pending job's end as "N/A" where scontrol
     writes "Unknown" (PreemptTime: "None"), and the exit code as the raw wait status that
     scontrol splits into "exit:signal"."""
-    record = text[:-1] if text.endswith("\n") else text
+    record = next((line for line in text.splitlines() if line.startswith(f"{job_id}{SQUEUE_SEPARATOR}")), "")
     values = record.split(SQUEUE_SEPARATOR, len(SQUEUE_JOB_FORMAT) - 1)
-    if len(values) != len(SQUEUE_JOB_FORMAT) or values[0] != str(job_id):
+    if len(values) != len(SQUEUE_JOB_FORMAT):
         return {}
     values[-1] = values[-1][:-1] if values[-1].endswith(SQUEUE_SEPARATOR) else values[-1]
     fields = {key: value for (key, _), value in zip(SQUEUE_JOB_FORMAT, values)}
