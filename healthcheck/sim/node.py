@@ -70,6 +70,8 @@ class SimNode:
             for gpu in live["gpu"]:
                 if gpu.get("state") in ("lost", "hang"):
                     gpu["state"] = "ok"
+                if gpu.get("lost_after_calls", -1) >= 0:
+                    gpu["lost_after_calls"] = -1
                 for key in list(gpu.get("ecc", {})):
                     if key.startswith("volatile_"):
                         gpu["ecc"][key] = 0

@@ -12,6 +12,7 @@ into a C function that branch does not export raises what pynvml raises then
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from typing import Any, Dict, List, Optional
 
@@ -100,6 +101,21 @@ def _hang() -> None:
         time.sleep(3600)
 
 
+# Calls answered per GPU since nvmlInit, for ``lost_after_calls`` (a GPU lost midway through a probe).
+_calls: Dict[int, int] = {}
+_calls_lock = threading.Lock()
+
+
+def _falls_off_now(gpu: Dict[str, Any]) -> bool:
+    limit = gpu.get("lost_after_calls", -1)
+    if limit < 0:
+        return False
+    with _calls_lock:
+        made = _calls.get(id(gpu), 0)
+        _calls[id(gpu)] = made + 1
+    return made >= limit
+
+
 class _Handle:
     __slots__ = ("gpu",)
 
@@ -117,7 +133,7 @@ def _gpu(handle: _Handle, feature: Optional[str] = None) -> Dict[str, Any]:
     gpu = handle.gpu
     if gpu["state"] == "hang":
         _hang()
-    if gpu["state"] == "lost":
+    if gpu["state"] == "lost" or _falls_off_now(gpu):
         raise NVMLError(NVML_ERROR_GPU_IS_LOST)
     if feature and feature in gpu["not_supported"]:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
@@ -138,6 +154,7 @@ def nvmlInit() -> None:
     if mode == "driver_not_loaded":
         raise NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
     _profile = profile
+    _calls.clear()
 
 
 def nvmlShutdown() -> None:

@@ -33,6 +33,9 @@ GPU_SCHEMA: Dict[str, Any] = {
     # lost: NVML answers GPU_IS_LOST; unknown_error: its handle fails with NVML_ERROR_UNKNOWN
     # (what a GPU that fell off the bus often gives instead); hang: never answers.
     "state": Field(str, choices=("ok", "lost", "unknown_error", "hang", "absent")),
+    # A GPU that falls off the bus in the middle of a probe: after this many calls about it
+    # (since nvmlInit) it answers GPU_IS_LOST; -1: never.
+    "lost_after_calls": Field(int, minimum=-1),
     "temperature_c": Field(float),
     "temperature_slowdown_c": Field(float),
     "power_w": Field(float, minimum=0),
