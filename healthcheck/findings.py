@@ -44,3 +44,24 @@ def worst_status(findings: Iterable[Finding]) -> str:
 
 def strongest_action(findings: Iterable[Finding]) -> str:
     return _highest((finding.action for finding in findings), ACTIONS)
+
+
+def without_timeout_drains(findings: Iterable[Finding], drain_on_timeout: bool) -> None:
+    """A probe that did not answer (``probe.timeout``) asks for a drain only when the admin said a
+    hung driver is a node fault (``[health] drain_on_probe_timeout``); otherwise its action is
+    ``warn``. Every hook applies this one rule, so the prolog, the epilog and the health check
+    never disagree over a timeout (one draining what the next resumes)."""
+    if drain_on_timeout:
+        return
+    for finding in findings:
+        if finding.check == "probe.timeout" and finding.action == "drain":
+            finding.action = "warn"
+
+
+def unseen(findings: Iterable[Finding]) -> bool:
+    """The run could not look at the hardware: a probe did not answer, or the NVML or InfiniBand
+    probe failed. No check passed then, so nothing may be resumed on the strength of it (an
+    unreadable kernel log hides no state: Xids are events, judged when the log is read again)."""
+    return any(f.check == "probe.timeout" or
+               (f.check == "probe.error" and f.message.startswith(("NVML", "InfiniBand")))
+               for f in findings)

@@ -138,6 +138,11 @@ def _run(config, node: str, dry_run: bool):
     policy = HealthPolicy.from_config(config)
     sources = node_sources(config, node)
     result = run_health(config, node, backend_from_config(config), sources, dry_run=dry_run)
+    for finding in result.report.findings:
+        if finding.status == "error" and finding.action != "drain":
+            # The tool could not look (a probe timed out, the kernel log is unreadable): said
+            # every run it lasts, never a drain unless the config makes a timeout one.
+            print(f"{PROG}: {node}: {finding.check}: {finding.message}", file=sys.stderr)
     if dry_run:
         return result
     for problem in write_all(result, sources.state_dir, policy.textfile_dir, policy.syslog):

@@ -57,28 +57,33 @@ def drain_or_refuse(config, backend, node: str, findings: List[Finding],
     """``drain_for`` and the rule that decided: (reason, rule); rule ``drain-budget`` when the
     drain budget refused the drain or undid it (``BUDGET_RULE``)."""
     from healthcheck.actions import Policy, apply, decide
+    from healthcheck.actions.serial import decision_lock_wait_s, deciding_alone
     from healthcheck.slurm import SlurmError
 
     draining = drain_findings(config, findings, events)
     if not draining:
         return None, "nothing-to-drain"
-    try:
-        info, error = backend.node(node), ""
-    except SlurmError as exc:
-        info, error = None, str(exc)
-    decision = decide(node, info, draining, Policy.from_config(config), slurm_error=error)
-    refused = _over_budget(config, backend, node, decision)
-    if refused:
-        print(f"slurm-gpu: {node}: not drained ({BUDGET_RULE}): {refused}; wanted: {decision.reason}",
-              file=sys.stderr)
-        return None, BUDGET_RULE
-    applied = apply(backend, decision)
-    if applied.error or decision.kind in ("blocked", "leave-alone"):
-        print(f"slurm-gpu: {node}: not drained ({decision.rule}): {applied.error or decision.why}; "
-              f"wanted: {decision.reason}", file=sys.stderr)
-        return None, decision.rule
-    if applied.done and _undone_over_budget(config, backend, node, decision):
-        return None, BUDGET_RULE
+    # From the Slurm read to the applied decision, this node's other hooks wait (no double drain).
+    with deciding_alone(config.state_dir, node, decision_lock_wait_s(config)) as unlocked:
+        if unlocked:
+            print(f"slurm-gpu: {node}: {unlocked}", file=sys.stderr)
+        try:
+            info, error = backend.node(node), ""
+        except SlurmError as exc:
+            info, error = None, str(exc)
+        decision = decide(node, info, draining, Policy.from_config(config), slurm_error=error)
+        refused = _over_budget(config, backend, node, decision)
+        if refused:
+            print(f"slurm-gpu: {node}: not drained ({BUDGET_RULE}): {refused}; wanted: {decision.reason}",
+                  file=sys.stderr)
+            return None, BUDGET_RULE
+        applied = apply(backend, decision)
+        if applied.error or decision.kind in ("blocked", "leave-alone"):
+            print(f"slurm-gpu: {node}: not drained ({decision.rule}): {applied.error or decision.why}; "
+                  f"wanted: {decision.reason}", file=sys.stderr)
+            return None, decision.rule
+        if applied.done and _undone_over_budget(config, backend, node, decision):
+            return None, BUDGET_RULE
     return (decision.reason if decision.kind in ("drain", "none") else None), decision.rule
 
 

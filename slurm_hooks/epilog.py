@@ -99,7 +99,12 @@ def _queue_and_deliver(config, job_id: str, entry: Dict[str, Any], backend) -> s
 
     from .delivery import deliver, deliver_in_background
 
-    outbox.enqueue(config.state_dir, job_id, entry)
+    try:
+        outbox.enqueue(config.state_dir, job_id, entry)
+    except OSError as exc:
+        # Nowhere to keep it (a full or read-only state dir): said, and the record says the class.
+        print(f"slurm-gpu-epilog: job {job_id}: accounting entry not queued: {exc}", file=sys.stderr)
+        return f"not queued: {exc.strerror or exc}"
     if config.section("records")["delivery"] == "inline":
         report = deliver(config, backend)
         if report.error:
@@ -142,6 +147,7 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
 # -- the node epilog ------------------------------------------------------------------------------
 
 def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
+    from healthcheck.findings import without_timeout_drains
     from healthcheck.records import store
     from healthcheck.records.classify import classify
     from healthcheck.runner import BASELINE_READS, run_checks
@@ -163,6 +169,10 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     sources = node_sources(config, node)
     report = run_checks(config, node, "prolog", gpus=job_gpus if job_gpus is not None else [],
                         sources=sources, now=now, extra_reads=BASELINE_READS)
+    without_timeout_drains(report.findings, bool(config.section("health")["drain_on_probe_timeout"]))
+    for finding in report.findings:
+        if finding.status == "error" and finding.action != "drain":
+            print(f"slurm-gpu-epilog: {node}: {finding.check}: {finding.message}", file=sys.stderr)
     items = [ev.finding_evidence(f) for f in report.findings]
     facts = report.facts
     gpus_facts = (baseline or {}).get("gpu_facts") or \
@@ -186,10 +196,17 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         record["problem"] = problem
     if kernel.get("error"):
         record["kernel_error"] = kernel["error"]
-    store.write_record(config.state_dir, record)
-    store.note_ending(config.state_dir, node, job_id, now)
-
+        print(f"slurm-gpu-epilog: {node}: job {job_id}: kernel log unreadable, no Xid evidence: {kernel['error']}",
+              file=sys.stderr)
     out: Dict[str, Any] = {"result": "classified", "class": result.cls}
+    try:
+        store.write_record(config.state_dir, record)
+        store.note_ending(config.state_dir, node, job_id, now)
+    except OSError as exc:
+        # A full or read-only state dir loses the record (and the queued entry below says so
+        # too), never the drain of a bad node.
+        print(f"slurm-gpu-epilog: {node}: job {job_id}: record not saved ({result.cls}): {exc}", file=sys.stderr)
+        out["record"] = f"not saved: {exc.strerror or exc}"
     drain = _drain_if_bad(config, backend, node, report.findings, kernel["events"])
     if drain:
         out["drained"] = drain

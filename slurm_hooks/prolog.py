@@ -57,6 +57,8 @@ def _run(argv: Optional[Sequence[str]]) -> int:
 
 
 def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
+    from healthcheck.actions.cause import is_drain_finding
+    from healthcheck.findings import without_timeout_drains
     from healthcheck.records import store
     from healthcheck.runner import BASELINE_READS, run_checks
     from healthcheck.sources import node_sources
@@ -71,6 +73,7 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     # All GPUs are probed (the minor numbers that map the job's GPUs come from the same run);
     # only the job's GPUs and node-wide findings are judged.
     report = run_checks(config, node, "prolog", gpus=None, sources=sources, now=now, extra_reads=BASELINE_READS)
+    without_timeout_drains(report.findings, bool(config.section("health")["drain_on_probe_timeout"]))
     facts = report.facts
     nvml_gpus = list(facts.nvml.gpus) if facts.nvml is not None else []
     minors = {g.index: g.minor_number for g in nvml_gpus}
@@ -81,7 +84,7 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         job_gpus, how = gres_to_nvml(gres, devices, minors)
     mine = set(job_gpus)
     judged = [f for f in report.findings if f.gpu is None or f.gpu in mine]
-    bad = [f for f in judged if f.action == "drain" and f.status != "error"]
+    bad = [f for f in judged if is_drain_finding(f)]      # a timeout only when the config says so
     tool_problems = [f for f in judged if f.status == "error" and f.action != "drain"]
     for finding in tool_problems:
         print(f"slurm-gpu-prolog: {node}: {finding.check}: {finding.message}", file=sys.stderr)
@@ -96,13 +99,25 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         "kernel_consumer": ev.place_kernel_cursor(config, sources, node, job_id),
         "findings": [ev.finding_evidence(f) for f in judged],
     }
-    store.write_baseline(config.state_dir, job_id, node, baseline)
-    if not bad:
-        # Only what this prolog judged: the job's GPUs and the node-wide checks (late evidence).
-        store.note_clean_run(config.state_dir, node, judged, job_gpus, now)
     result: Dict[str, Any] = {"result": "ok", "job_gpus": job_gpus, "mapping": how,
                               "duration_ms": report.duration_ms}
+    if baseline["kernel_consumer"] is None:
+        print(f"slurm-gpu-prolog: {node}: job {job_id}: kernel log unreadable ({sources.kernel_log}) or its "
+              "cursor not saved: the epilog will judge this job's Xids by their time stamps", file=sys.stderr)
+        result["kernel_log"] = "unreadable"
+    try:
+        store.write_baseline(config.state_dir, job_id, node, baseline)
+    except OSError as exc:
+        # A full or read-only state dir loses the baseline (the epilog then judges without it),
+        # never the decision: a bad GPU still stops the job and drains the node.
+        print(f"slurm-gpu-prolog: {node}: job {job_id}: baseline not saved: {exc}", file=sys.stderr)
+        result["baseline"] = f"not saved: {exc.strerror or exc}"
     if not bad:
+        # Only what this prolog judged: the job's GPUs and the node-wide checks (late evidence).
+        try:
+            store.note_clean_run(config.state_dir, node, judged, job_gpus, now)
+        except OSError as exc:
+            print(f"slurm-gpu-prolog: {node}: clean run not noted: {exc}", file=sys.stderr)
         _deliver_queued(config)
         return result
 
@@ -123,8 +138,12 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         print(f"slurm-gpu-prolog: {node}: job {job_id} runs on a node the checks call bad: "
               f"the drain budget is spent", file=sys.stderr)
     section = config.section("records")
-    amended = amend_recent_jobs(config.state_dir, node, items, now, float(section["late_evidence_window_s"]),
-                                queue=bool(section["accounting"]))
+    try:
+        amended = amend_recent_jobs(config.state_dir, node, items, now, float(section["late_evidence_window_s"]),
+                                    queue=bool(section["accounting"]))
+    except OSError as exc:              # a full or read-only state dir: the drain above stands
+        print(f"slurm-gpu-prolog: {node}: late evidence not recorded: {exc}", file=sys.stderr)
+        amended = []
     if amended:
         result["amended_jobs"] = [r["job_id"] for r in amended]
     _deliver_queued(config)

@@ -137,6 +137,13 @@ def test_resume_waits_while_a_drain_finding_is_still_being_confirmed():
     check("resume-wait-pending", decide("gpu2", node("IDLE+DRAIN", OUR_ECC), [], POLICY, causes=[], pending=True), "none")
 
 
+def test_our_drain_is_not_resumed_when_a_probe_could_not_look():
+    """NVML hung: no finding asks for a drain, yet nothing was checked; the drain stays."""
+    decision = check("resume-wait-unseen", decide("gpu2", node("IDLE+DRAIN", OUR_ECC), [], POLICY, unseen=True), "none")
+    assert decision.scontrol is None
+    check("healthy", decide("gpu2", node("IDLE"), [], POLICY, unseen=True), "none")
+
+
 def test_only_the_given_causes_drain():
     """The health check passes only confirmed causes; the others do not drain yet."""
     check("healthy", decide("gpu2", node(), [ECC], POLICY, causes=[]), "none")

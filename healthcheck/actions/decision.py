@@ -82,6 +82,7 @@ class Situation:
     slurm_error: str = ""                        # why Slurm could not be asked
     rebooted_since_drain: Optional[bool] = None  # None: not known
     pending: bool = False                        # drain findings still waiting for confirmation
+    unseen: bool = False                         # a probe failed: the hardware could not be looked at
 
     @property
     def wanted(self) -> bool:
@@ -213,6 +214,10 @@ RULES: Tuple[Rule, ...] = (
          lambda s: s.out_of_service and _resume_mode(s) == "after_reboot" and not s.rebooted_since_drain,
          _none("resume-wait-reboot", lambda s: f"healthy, but {_cause_text(s.ours)} is resumed only after "
                                                "a reboot since the drain")),
+    Rule("resume-wait-unseen",
+         lambda s: s.out_of_service and s.unseen,
+         _none("resume-wait-unseen", lambda s: f"drained by us for {_cause_text(s.ours)}; a probe did not "
+                                               "answer, so no check passed: not resumed now")),
     Rule("resume",
          lambda s: s.out_of_service,
          _resume("resume", lambda s: f"every check passes; drained by us for {_cause_text(s.ours)}")),
@@ -233,14 +238,16 @@ def _master_switch(decision: Decision, policy: Policy) -> Decision:
 
 def decide(node_name: str, node: Optional[NodeInfo], findings: Sequence[Finding], policy: Policy,
            slurm_error: str = "", rebooted_since_drain: Optional[bool] = None,
-           causes: Optional[Sequence[DrainReason]] = None, pending: bool = False) -> Decision:
+           causes: Optional[Sequence[DrainReason]] = None, pending: bool = False,
+           unseen: bool = False) -> Decision:
     """The decision for one node. ``node`` is None when Slurm could not be asked (``slurm_error``
     says why); ``rebooted_since_drain`` matters to causes resumed only after a reboot.
     ``causes`` (default: every drain finding's) are the causes to drain for, e.g. only those
-    confirmed over several runs; ``pending`` says other drain findings wait for confirmation."""
+    confirmed over several runs; ``pending`` says other drain findings wait for confirmation;
+    ``unseen`` says a probe failed, so the hardware could not be looked at (never a resume then)."""
     wanted = tuple(causes) if causes is not None else tuple(drain_causes(findings))
     situation = Situation(node_name=node_name, node=node, causes=wanted, policy=policy, slurm_error=slurm_error,
-                          rebooted_since_drain=rebooted_since_drain, pending=pending)
+                          rebooted_since_drain=rebooted_since_drain, pending=pending, unseen=unseen)
     return _master_switch(rule_for(situation).then(situation), policy)
 
 

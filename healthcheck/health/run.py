@@ -9,13 +9,16 @@ next run judges the same events again.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional
 
 from ..actions.apply import Applied, apply
 from ..actions.decision import Decision, decide
+from ..actions.serial import decision_lock_wait_s, deciding_alone
 from ..config import Config
+from ..findings import unseen, without_timeout_drains
 from ..runner import Report, run_checks
 from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError
 from ..sources import NodeSources
@@ -135,48 +138,50 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     in_grace = runs_in_boot <= policy.boot_grace_runs
 
     report = run_checks(config, node, TIER, sources=sources, now=started, consumer=CONSUMER)
-    if not policy.drain_on_probe_timeout:
-        for finding in report.findings:
-            if finding.check == "probe.timeout" and finding.action == "drain":
-                finding.action = "warn"       # a timeout alone never drains unless configured to
+    without_timeout_drains(report.findings, policy.drain_on_probe_timeout)
     counted = tally(causes_of(report.findings, policy), previous.failing, previous.xid_boots, boot, in_grace, policy)
 
-    # The one Slurm query of a healthy run: this node.
-    try:
-        info: Optional[NodeInfo] = backend.node(node)
-        slurm_error = ""
-    except SlurmError as exc:
-        info, slurm_error = None, str(exc)
-    rebooted = (previous.drained.boot_id != boot) if previous.drained else None
-    decision = decide(node, info, report.findings, _drain_policy(policy, previous), slurm_error=slurm_error,
-                      rebooted_since_drain=rebooted, causes=[cause.reason for cause in counted.confirmed],
-                      pending=bool(counted.pending))
     notes: List[str] = []
-    budget_blocked = False
-    if decision.kind == "drain" and decision.rule == "drain" and policy.budget_enabled:
+    # From the Slurm read to the applied decision, this node's other hooks wait (no double drain).
+    serial = contextlib.nullcontext() if dry_run else deciding_alone(sources.state_dir, node, decision_lock_wait_s(config))
+    with serial as unlocked:
+        if unlocked:
+            notes.append(unlocked)
+        # The one Slurm query of a healthy run: this node.
         try:
-            why = over_budget(backend.nodes(), node, policy, started)
+            info: Optional[NodeInfo] = backend.node(node)
+            slurm_error = ""
         except SlurmError as exc:
-            why = None
-            decision = _blocked(decision, "slurm-unreachable-fault",
-                                f"Slurm could not be asked for the drain budget ({exc}); not draining now")
-        if why:
-            budget_blocked = True
-            decision = _blocked(decision, "drain-budget", f"{why}: not draining for {decision.cause.cause}")
-
-    applied = apply(backend, decision, dry_run=dry_run)
-    if applied.done and decision.rule == "drain" and policy.budget_enabled:
-        try:
-            time.sleep(BUDGET_SETTLE_S)
-            if not keeps_its_drain(backend.nodes(), node, policy, time.time()):
-                backend.resume(node)
+            info, slurm_error = None, str(exc)
+        rebooted = (previous.drained.boot_id != boot) if previous.drained else None
+        decision = decide(node, info, report.findings, _drain_policy(policy, previous), slurm_error=slurm_error,
+                          rebooted_since_drain=rebooted, causes=[cause.reason for cause in counted.confirmed],
+                          pending=bool(counted.pending), unseen=unseen(report.findings))
+        budget_blocked = False
+        if decision.kind == "drain" and decision.rule == "drain" and policy.budget_enabled:
+            try:
+                why = over_budget(backend.nodes(), node, policy, started)
+            except SlurmError as exc:
+                why = None
+                decision = _blocked(decision, "slurm-unreachable-fault",
+                                    f"Slurm could not be asked for the drain budget ({exc}); not draining now")
+            if why:
                 budget_blocked = True
-                notes.append("another node drained at the same time and the budget holds one fewer: "
-                             "this drain was undone")
-                decision = _blocked(decision, "drain-budget", "drain budget spent by a concurrent drain; undone")
-                applied = Applied(decision, applied.argv, done=False)
-        except SlurmError as exc:
-            notes.append(f"drain budget not re-checked after the drain: {exc}")
+                decision = _blocked(decision, "drain-budget", f"{why}: not draining for {decision.cause.cause}")
+
+        applied = apply(backend, decision, dry_run=dry_run)
+        if applied.done and decision.rule == "drain" and policy.budget_enabled:
+            try:
+                time.sleep(BUDGET_SETTLE_S)
+                if not keeps_its_drain(backend.nodes(), node, policy, time.time()):
+                    backend.resume(node)
+                    budget_blocked = True
+                    notes.append("another node drained at the same time and the budget holds one fewer: "
+                                 "this drain was undone")
+                    decision = _blocked(decision, "drain-budget", "drain budget spent by a concurrent drain; undone")
+                    applied = Applied(decision, applied.argv, done=False)
+            except SlurmError as exc:
+                notes.append(f"drain budget not re-checked after the drain: {exc}")
 
     result = HealthRun(node=node, report=report, decision=decision, applied=applied, tally=counted, boot_id=boot,
                        in_grace=in_grace, dry_run=dry_run, started=started, notes=notes,
