@@ -60,14 +60,16 @@ nvlinks_per_gpu = 18
 delivery = "inline"
 [slurm]
 bin_dir = "{self.slurm.dir}"
-timeout_s = 2
+timeout_s = {{slurm_timeout_s}}
 """
         self.write_config(extra)
         self.inject("gpu.0.state=ok")           # the simulated node exists before any fault
 
-    def write_config(self, extra: str = "", health: str = "", probe_timeout_s: float = 2.0) -> None:
+    def write_config(self, extra: str = "", health: str = "", probe_timeout_s: float = 2.0,
+                     slurm_timeout_s: float = 2.0) -> None:
+        base = self.base.replace("{probe_timeout_s}", str(probe_timeout_s))
         with open(self.config, "w") as handle:
-            handle.write(self.base.replace("{probe_timeout_s}", str(probe_timeout_s)) + f"[health]\nsyslog = false\ndeadline_s = 40\n{health}\n{extra}\n")
+            handle.write(base.replace("{slurm_timeout_s}", str(slurm_timeout_s)) + f"[health]\nsyslog = false\ndeadline_s = 40\n{health}\n{extra}\n")
 
     def env(self, hook: str, job: str = "5", faults=None) -> dict:
         env = {"SLURM_GPU_HOOKS_CONFIG": self.config, "SLURMD_NODENAME": "gpu1", "SGH_TEST_MARKER": self.marker,
@@ -412,6 +414,8 @@ def test_sigterm_in_the_middle_of_a_run_leaves_no_child_and_no_partial_file(node
 # -- prolog, epilog and health check at the same time on one node -----------------------------------
 
 def test_prolog_epilog_and_health_check_at_once_lose_nothing_and_drain_once(node):
+    # A hook waits two Slurm timeouts for another's decision: long enough on a loaded machine.
+    node.write_config(slurm_timeout_s=15)
     node.inject("gpu.3.state=lost")
     node.slurm.set_lag(0.5)              # each hook reads the node, then drains: a window to race in
     rounds = 3
