@@ -246,6 +246,10 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "verify_delay_s": _NUMBER,
         "verify_jitter_s": _NUMBER,
         "deliver_max_jobs": Field(int, minimum=1),
+        "gpu_oom_from_job_output": Field(bool, doc="read the tail of a FAILED job's StdErr/StdOut, as the "
+                                         "job's user, for a GPU out-of-memory message (GPU_OOM)"),
+        "job_output_tail_kib": Field(int, minimum=1, maximum=1024),
+        "job_output_timeout_s": Field(float, minimum=0.1, maximum=10),
     },
     "prolog": {
         "on_tool_error": Field(str, choices=("pass", "fail")),

@@ -2,7 +2,9 @@
 per job, inside slurmctld), told apart by SLURM_SCRIPT_CONTEXT.
 
 Node epilog: gather the job's evidence on this node (kernel-log events since the prolog's cursor,
-counter growth against the prolog's baseline, the GPUs' and links' health now), classify the
+counter growth against the prolog's baseline, the GPUs' and links' health now; for a job that
+FAILED, when ``[records] gpu_oom_from_job_output`` is on, the tail of its own output read as its
+user for a GPU out-of-memory message), classify the
 ending (``healthcheck.records.classify``), write the (job, node) record, drain the node when the
 hardware is bad, and queue an AdminComment entry when this node has something to say.
 
@@ -149,7 +151,7 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
 def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     from healthcheck.findings import without_timeout_drains
     from healthcheck.records import store
-    from healthcheck.records.classify import classify
+    from healthcheck.records.classify import application_could_replace, classify
     from healthcheck.runner import BASELINE_READS, run_checks
     from healthcheck.sources import node_sources
 
@@ -184,6 +186,13 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         items.extend(ev.counter_evidence(baseline["counters"], after))
 
     result = classify(view, items)
+    job_output = None
+    if config.section("records")["gpu_oom_from_job_output"] and application_could_replace(result.cls):
+        # Only a plain FAILED can become GPU_OOM (job-classes.toml): no other ending costs a read.
+        job_output = ev.job_output_evidence(config, node, fields, env)
+        if job_output["events"]:
+            items.extend(job_output["events"])
+            result = classify(view, items)
     record: Dict[str, Any] = {
         "job_id": job_id, "node": node, "class": result.cls, "slurm_class": result.slurm.cls,
         "slurm_why": result.slurm.why, "exit": result.slurm.exit, "signal": result.slurm.signal,
@@ -198,6 +207,11 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         record["kernel_error"] = kernel["error"]
         print(f"slurm-gpu-epilog: {node}: job {job_id}: kernel log unreadable, no Xid evidence: {kernel['error']}",
               file=sys.stderr)
+    if job_output is not None:
+        record["job_output"] = {k: v for k, v in job_output.items() if k != "events"}
+        if job_output.get("problem"):
+            print(f"slurm-gpu-epilog: {node}: job {job_id}: output not read, no GPU OOM evidence: "
+                  f"{job_output['problem']}", file=sys.stderr)
     out: Dict[str, Any] = {"result": "classified", "class": result.cls}
     try:
         store.write_record(config.state_dir, record)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from healthcheck.config import Config
 from healthcheck.findings import Finding
@@ -141,3 +141,83 @@ def elapsed_since(started_at: Optional[float], now: Optional[float] = None) -> O
     if started_at is None:
         return None
     return max(0, int((time.time() if now is None else now) - started_at))
+
+
+# -- the job's own output (GPU OOM) ---------------------------------------------------------------
+
+def _id_from(text: Optional[str]) -> Optional[int]:
+    """"1000" -> 1000; scontrol's "alice(1000)" -> 1000; anything else -> None."""
+    text = str(text or "").strip()
+    if text.endswith(")") and "(" in text:
+        text = text[text.rindex("(") + 1:-1]
+    return int(text) if text.isdigit() else None
+
+
+def job_owner(fields: Dict[str, str], env: Dict[str, str]) -> Tuple[Optional[int], Optional[int]]:
+    """The job's uid and gid: slurmd's SLURM_JOB_UID/GID, else scontrol's UserId/GroupId."""
+    uid = _id_from(env.get("SLURM_JOB_UID"))
+    gid = _id_from(env.get("SLURM_JOB_GID"))
+    if uid is None:
+        uid = _id_from(fields.get("UserId"))
+    if gid is None:
+        gid = _id_from(fields.get("GroupId"))
+    return uid, gid
+
+
+def output_paths(fields: Dict[str, str]) -> List[Tuple[str, str]]:
+    """[(stream, path)] of the job's StdErr and StdOut as scontrol shows them (one entry when both
+    are the same file); patterns Slurm did not expand (``%``) and ``/dev/*`` are left out."""
+    out: List[Tuple[str, str]] = []
+    for stream, key in (("stderr", "StdErr"), ("stdout", "StdOut")):
+        path = fields.get(key, "")
+        if not path or path == "(null)" or "%" in path or path.startswith("/dev/"):
+            continue
+        if path not in [p for _, p in out]:
+            out.append((stream, path))
+    return out
+
+
+def job_output_evidence(config: Config, node: str, fields: Dict[str, str],
+                        env: Dict[str, str]) -> Dict[str, Any]:
+    """GPU OOM evidence from the tail of the job's own StdErr/StdOut, read as the job's user
+    (``healthcheck.probes.job_output``) on the job's batch host only (the other nodes of a job
+    would read the same files). Never raises: ``{"events": [...], "read": [...], "problem": ...}``."""
+    result: Dict[str, Any] = {"events": [], "read": []}
+    try:
+        from healthcheck.probes.job_output import read_tails_as
+        from healthcheck.records import gpu_oom
+
+        batch_host = fields.get("BatchHost", "")
+        if batch_host and batch_host != node:
+            result["skipped"] = f"not the batch host ({gpu_oom.shown(batch_host, 64)})"
+            return result
+        uid, gid = job_owner(fields, env)
+        if uid is None or gid is None:
+            result["problem"] = "the job's uid/gid are unknown"
+            return result
+        if uid == 0 or gid == 0:
+            # Nothing could be dropped: root's files are never read for a job (the reader refuses too).
+            result["skipped"] = f"the job runs as uid {uid} gid {gid}"
+            return result
+        streams = output_paths(fields)
+        if not streams:
+            result["skipped"] = "no output file to read"
+            return result
+        section = config.section("records")
+        max_bytes = int(section["job_output_tail_kib"]) * 1024
+        tails, problem = read_tails_as([path for _, path in streams], uid, gid, max_bytes,
+                                       float(section["job_output_timeout_s"]))
+        if problem:
+            result["problem"] = gpu_oom.shown(problem)
+        stream_of = {path: stream for stream, path in streams}
+        for tail in tails:
+            summary = tail.summary()
+            summary["path"] = gpu_oom.shown(tail.path, 256)
+            summary["stream"] = stream_of[tail.path]
+            result["read"].append(summary)
+            found = None if tail.error else gpu_oom.find(tail.data, tail.truncated, stream_of[tail.path])
+            if found is not None:
+                result["events"].append(found)
+    except Exception as exc:  # noqa: BLE001 - a broken reader costs the evidence, never the record
+        result["problem"] = f"{type(exc).__name__}: {exc}"
+    return result

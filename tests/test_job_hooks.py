@@ -195,3 +195,113 @@ def test_an_xid_on_another_jobs_gpu_is_not_this_jobs_evidence(node):
     record = store.read_record(node["state"], "5", "gpu1")
     assert record["class"] == "FAILED" and record["evidence"] == []
     assert outbox.pending(node["state"]) == {}
+
+
+# -- GPU_OOM from the job's own output (issue 16) -------------------------------------------------------
+
+OOM_TRACEBACK = os.path.join(os.path.dirname(__file__), "fixtures", "job-output", "pytorch-cuda-oom.err")
+NOBODY = 65534
+
+
+@pytest.fixture
+def oom_job(node, monkeypatch):
+    """A job of ``nobody`` that FAILED (exit 1) on gpu1, its StdErr in a directory every user can
+    traverse; scontrol is the fake backend (the lab test proves the real one)."""
+    import tempfile
+
+    from healthcheck.slurm.backend import JobInfo
+    from healthcheck.slurm.fake import FakeBackend
+
+    place = tempfile.mkdtemp(prefix="sgh-epilog-", dir="/tmp")
+    os.chmod(place, 0o755)
+    err = os.path.join(place, "job.err")
+    shutil.copyfile(OOM_TRACEBACK, err)
+    os.chmod(err, 0o644)
+    fields = {"JobId": "5", "JobState": "COMPLETING", "Reason": "NonZeroExitCode", "ExitCode": "1:0",
+              "BatchHost": "gpu1", "UserId": f"nobody({NOBODY})", "GroupId": f"nogroup({NOBODY})",
+              "StdErr": err, "StdOut": os.path.join(place, "job.out")}
+    backend = FakeBackend(jobs=[JobInfo("5", fields)])
+    monkeypatch.setattr("slurm_hooks.delivery.backend_for", lambda config: backend)
+    for key, value in {"SLURM_SCRIPT_CONTEXT": "epilog_slurmd", "SLURM_JOB_EXIT_CODE2": "1:0",
+                       "SLURM_JOB_UID": str(NOBODY), "SLURM_JOB_GID": str(NOBODY)}.items():
+        node["env"].setenv(key, value)
+    yield {"place": place, "err": err, "fields": fields, "backend": backend}
+    shutil.rmtree(place, ignore_errors=True)
+
+
+def enable_job_output(node):
+    with open(node["config"]) as handle:
+        text = handle.read()
+    with open(node["config"], "w") as handle:
+        handle.write(text.replace('[records]\n', '[records]\ngpu_oom_from_job_output = true\n'))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the reader drops root's privileges to the job's user")
+def test_epilog_reads_a_failed_jobs_output_as_its_user_and_finds_gpu_oom(node, oom_job):
+    enable_job_output(node)
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "GPU_OOM" and record["slurm_class"] == "FAILED" and record["exit"] == 1
+    assert record["cause"]["kind"] == "gpu_oom" and record["cause"]["signature"] == "pytorch"
+    assert record["cause"]["line"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
+    read = {r["stream"]: r for r in record["job_output"]["read"]}
+    assert "error" not in read["stderr"] and read["stderr"]["read"] == os.path.getsize(OOM_TRACEBACK)
+    assert read["stdout"]["error"] == "No such file or directory"
+    [item] = outbox.pending(node["state"])["5"]
+    assert item["entry"]["class"] == "GPU_OOM" and item["entry"]["oom"] == "pytorch" and item["entry"]["exit"] == 1
+
+
+def test_epilog_reads_no_output_unless_the_admin_enabled_it(node, oom_job):
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "FAILED" and "job_output" not in record
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the reader drops root's privileges to the job's user")
+def test_epilog_does_not_follow_a_link_from_the_jobs_output_to_a_root_only_file(node, oom_job):
+    enable_job_output(node)
+    secret = os.path.join(oom_job["place"], "root-only")
+    shutil.copyfile(OOM_TRACEBACK, secret)
+    os.chmod(secret, 0o600)
+    os.unlink(oom_job["err"])
+    os.symlink(secret, oom_job["err"])
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "FAILED" and record["cause"] is None
+    read = {r["stream"]: r for r in record["job_output"]["read"]}
+    assert read["stderr"]["error"] == "symbolic link, not followed" and read["stderr"]["read"] == 0
+
+
+def test_epilog_reads_only_on_the_batch_host_and_only_for_a_failed_job(node, oom_job):
+    enable_job_output(node)
+    oom_job["backend"]._jobs["5"].fields["BatchHost"] = "gpu2"
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "FAILED" and record["job_output"]["skipped"].startswith("not the batch host")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "0:0")
+    oom_job["backend"]._jobs["5"].fields.update(BatchHost="gpu1", Reason="None", ExitCode="0:0")
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "COMPLETED" and "job_output" not in record
+
+
+def test_a_broken_reader_costs_the_evidence_not_the_record(node, oom_job, monkeypatch, capsys):
+    enable_job_output(node)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the reader")
+
+    monkeypatch.setattr("healthcheck.probes.job_output.read_tails_as", broken)
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "FAILED" and record["job_output"]["problem"] == "RuntimeError: a bug in the reader"
+    assert "output not read, no GPU OOM evidence: RuntimeError: a bug in the reader" in capsys.readouterr().err
+
+
+def test_a_job_of_root_is_not_read(node, oom_job):
+    enable_job_output(node)
+    node["env"].setenv("SLURM_JOB_UID", "0")
+    node["env"].setenv("SLURM_JOB_GID", "0")
+    assert epilog.main([]) == 0
+    record = store.read_record(node["state"], "5", "gpu1")
+    assert record["class"] == "FAILED" and record["job_output"] == {"read": [], "skipped": "the job runs as uid 0 gid 0"}

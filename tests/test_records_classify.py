@@ -158,3 +158,63 @@ def test_rules_name_only_known_classes():
         set(table["check_classes"].values()) | set(table["counter_classes"].values()) | set(table["kind_classes"].values())
     assert named <= set(HARDWARE_CLASSES)
     assert set(table["slurm_severity"]) <= set(CLASSES)
+
+
+# -- GPU_OOM: an application cause (issue 16) ------------------------------------------------------
+
+GPU_OOM = {"kind": "gpu_oom", "source": "job_output", "stream": "stderr", "signature": "pytorch",
+           "line": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB."}
+
+
+def test_a_failed_job_with_a_gpu_oom_message_is_gpu_oom():
+    result = classify(view("exit 3"), [XID13, GPU_OOM])
+    assert result.cls == "GPU_OOM" and result.slurm.cls == "FAILED" and result.cause == GPU_OOM
+    assert result.entry_keys() == {"class": "GPU_OOM", "oom": "pytorch", "exit": 3}
+
+
+def test_host_oom_stays_out_of_memory_even_with_a_gpu_oom_message():
+    assert classify(view("oom"), [GPU_OOM]).cls == "OUT_OF_MEMORY"
+
+
+@pytest.mark.parametrize("hardware,cls", [(XID79, "GPU_LOST"), (XID48, "GPU_ECC"), (IB_DOWN, "INFINIBAND"),
+                                          (XID_OTHER, "GPU_XID")])
+def test_every_hardware_cause_is_stronger_than_gpu_oom(hardware, cls):
+    assert classify(view("exit 3"), [GPU_OOM, hardware]).cls == cls
+    assert classify(view("exit 3"), [hardware, GPU_OOM]).cls == cls
+
+
+@pytest.mark.parametrize("name,cls", [("exit 0", "COMPLETED"), ("scancel", "CANCELLED"), ("timeout", "TIMEOUT"),
+                                      ("preempted", "PREEMPTED"), ("node down", "NODE_FAIL")])
+def test_gpu_oom_replaces_only_a_plain_failed(name, cls):
+    result = classify(view(name), [GPU_OOM])
+    assert result.cls == cls and result.cause is None and result.evidence == [GPU_OOM]
+
+
+def test_the_precedence_of_gpu_oom_is_data():
+    table = rules()
+    assert table["application_precedence"] == ["GPU_OOM"] and table["application_overrides"] == ["FAILED"]
+    assert table["evidence_classes"] == {"gpu_oom": "GPU_OOM"}
+    assert "GPU_OOM" in CLASSES and "GPU_OOM" not in HARDWARE_CLASSES
+
+
+def test_application_could_replace_only_what_the_table_says():
+    from healthcheck.records.classify import application_could_replace
+
+    assert application_could_replace("FAILED")
+    assert not any(application_could_replace(c) for c in ("OUT_OF_MEMORY", "COMPLETED", "GPU_LOST", "CANCELLED"))
+
+
+def test_reclassify_keeps_gpu_oom_below_late_hardware_evidence():
+    assert reclassify("FAILED", [GPU_OOM]) == ("GPU_OOM", GPU_OOM)
+    assert reclassify("FAILED", [GPU_OOM, XID79]) == ("GPU_LOST", XID79)
+    assert reclassify("OUT_OF_MEMORY", [GPU_OOM]) == ("OUT_OF_MEMORY", None)
+
+
+def test_job_class_with_a_gpu_oom_node_entry():
+    # EpilogSlurmctld reads no output: its job-level FAILED gives way to a node's GPU_OOM ...
+    assert job_class([{"node": "*", "class": "FAILED"}, {"node": "gpu1", "class": "GPU_OOM"}]) == "GPU_OOM"
+    assert job_class([{"node": "*", "class": "failed"}, {"node": "gpu1", "class": "gpu_oom"}]) == "GPU_OOM"
+    assert job_class([{"node": "gpu1", "class": "GPU_OOM"}, {"node": "gpu2", "class": "FAILED"}]) == "GPU_OOM"
+    # ... but not host OOM, and every hardware class beats it
+    assert job_class([{"node": "*", "class": "OUT_OF_MEMORY"}, {"node": "gpu1", "class": "GPU_OOM"}]) == "OUT_OF_MEMORY"
+    assert job_class([{"node": "gpu1", "class": "GPU_OOM"}, {"node": "gpu2", "class": "GPU_LOST"}]) == "GPU_LOST"

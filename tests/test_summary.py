@@ -564,3 +564,34 @@ def test_a_node_hardware_entry_beats_the_job_level_entry_as_the_epilog_decides()
         assert verdict.cause == job_class(entries) == "GPU_LOST"
         assert verdict.hardware and verdict.culprits[0].node == "gpu3" and verdict.culprits[0].gpu == 3
     assert classify("FAILED", admin_comment.merge("", entries[:1]), ("gpu1",)).cause == "FAILED"
+
+
+# -- GPU_OOM (issue 16): a class the summary counts without code of its own ------------------------------
+GPU_OOM_ENTRIES = [{"node": "*", "class": "FAILED", "exit": 1, "nodes": "gpu1"},
+                   {"node": "gpu1", "class": "GPU_OOM", "oom": "pytorch", "exit": 1}]
+
+
+def test_a_node_gpu_oom_entry_beats_the_job_level_failed_but_not_host_oom():
+    comment = admin_comment.merge("JS1:abc", GPU_OOM_ENTRIES)
+    for text in (comment, comment.lower().replace('"', "`")):
+        verdict = classify("FAILED", text, ("gpu1",))
+        assert (verdict.cause, verdict.source, verdict.hardware, verdict.culprits) == \
+            ("GPU_OOM", SOURCE_HOOKS, False, [])
+    host = admin_comment.merge("", [{"node": "*", "class": "OUT_OF_MEMORY"}, GPU_OOM_ENTRIES[1]])
+    assert classify("OUT_OF_MEMORY", host, ("gpu1",)).cause == "OUT_OF_MEMORY"
+    lost = admin_comment.merge(comment, [{"node": "gpu2", "class": "GPU_LOST", "gpu": 3, "xid": 79}])
+    assert classify("FAILED", lost, ("gpu1", "gpu2")).cause == "GPU_LOST"
+
+
+def test_gpu_oom_jobs_are_counted_in_json_csv_and_html(tmp_path):
+    failed = [line.split("|")[0] for line in lab_lines()[1:] if line.split("|")[COL["State"]] == "FAILED"]
+    assert failed, "the capture has a FAILED job"
+    path = tmp_path / "s.txt"
+    path.write_text("".join(with_comments({failed[0]: admin_comment.merge("", GPU_OOM_ENTRIES)})))
+    report = json.loads(run("--input", str(path), "--json").stdout)
+    assert report["by_cause"]["GPU_OOM"]["jobs"] == 1
+    rows = list(csv.DictReader(io.StringIO(run("--input", str(path), "--csv", "--jobs").stdout)))
+    assert [r["cause"] for r in rows if r["job"] == failed[0]] == ["GPU_OOM"]
+    out = tmp_path / "r.html"
+    assert run("--input", str(path), "--html", str(out)).exit_code == 0
+    assert "GPU_OOM" in out.read_text()

@@ -122,6 +122,75 @@ def call_with_deadline(function: Callable[[], Any], timeout_s: float) -> Outcome
     return run_with_deadline(lambda emit: emit(function()), timeout_s)
 
 
+@dataclass
+class RawOutcome:
+    data: bytes = b""
+    complete: bool = False          # the child closed its end (finished or died) by the deadline
+    timed_out: bool = False
+    overflow: bool = False          # the child sent more than max_bytes; the rest was not read
+    error: Optional[str] = None     # the child could not be started
+    elapsed_s: float = 0.0
+
+
+def run_raw_with_deadline(target: Callable[[int], None], timeout_s: float, max_bytes: int) -> RawOutcome:
+    """``target(fd)`` in a forked child that writes plain bytes to ``fd``; the parent takes at most
+    ``max_bytes`` of them by the deadline, then kills the child as ``ChildProbe`` does.
+
+    For a child that gives up privileges (a reader running as a job's user): what such a child
+    sends is never unpickled, only parsed by the caller as data."""
+    started = time.monotonic()
+    deadline = started + float(timeout_s)
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError as exc:
+        return RawOutcome(error=f"cannot start the probe process: {exc.strerror or exc}")
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        return RawOutcome(error=f"cannot start the probe process: {exc.strerror or exc}")
+    if pid == 0:  # pragma: no cover - runs in the child, which leaves through os._exit
+        _die_with_parent(parent)
+        status = 0
+        try:
+            os.close(read_fd)
+            _detach_stdio(write_fd)
+            target(write_fd)
+        except BaseException:  # noqa: BLE001 - the parent sees an answer cut short
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    outcome = RawOutcome()
+    buffer = bytearray()
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                outcome.timed_out = True
+                break
+            ready, _, _ = select.select([read_fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                outcome.complete = True
+                break
+            buffer.extend(chunk)
+            if len(buffer) > max_bytes:
+                outcome.overflow = True
+                del buffer[max_bytes:]
+                break
+    finally:
+        os.close(read_fd)
+    _end_child(pid, deadline if outcome.complete else time.monotonic())
+    outcome.data = bytes(buffer)
+    outcome.elapsed_s = time.monotonic() - started
+    return outcome
+
+
 # -- child side ------------------------------------------------------------------------------
 PR_SET_PDEATHSIG = 1          # <linux/prctl.h>
 

@@ -7,7 +7,8 @@ An entry is ``SGH1:`` followed by one compact JSON object (ASCII only, no newlin
 
 * ``node`` is the node the entry speaks for; ``"*"`` is the job-level entry (EpilogSlurmctld).
 * ``class`` is one of ``records.classes.CLASSES``; other keys are compact evidence (``gpu``,
-  ``xid``, ``check``, ``exit``, ``signal``, ``msg``); the full evidence stays in the node's record.
+  ``xid``, ``check``, ``exit``, ``signal``, ``msg``, ``oom``: which GPU out-of-memory message);
+  the full evidence stays in the node's record.
 * ``sacctmgr`` (the only way to set it once the job is COMPLETING) stores the value lower-cased
   with every ``"`` and ``'`` turned into a backtick (measured on 22.05.8). ``encode`` escapes
   backticks and apostrophes inside strings, so a stored entry reads back exactly: the reader

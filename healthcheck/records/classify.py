@@ -11,6 +11,8 @@ Inputs (no I/O here):
       {"kind": "xid", "code": 79, "event": "fallen_off_bus", "gpu": 3}  # "fallen off the bus" line
       {"kind": "finding", "check": "gpu.lost", "action": "drain", "gpu": 3}
       {"kind": "counter", "name": "ecc.volatile_uncorrected", "gpu": 3, "delta": 2}
+      {"kind": "gpu_oom", "source": "job_output", "stream": "stderr", "signature": "pytorch",
+       "line": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ..."}
 
 Precedence (docs/job-classes.md; the tables are ``healthcheck/data/job-classes.toml``):
 
@@ -21,6 +23,9 @@ Precedence (docs/job-classes.md; the tables are ``healthcheck/data/job-classes.t
 3. Among hardware causes, ``hardware_precedence`` decides: GPU_LOST > GPU_ECC > NVLINK >
    INFINIBAND > GPU_XID.
 4. Application-level Xids (catalog action ``job``/``ignore``: 13, 31, 43, ...) are evidence only.
+5. Without a hardware cause, an application cause in the evidence (``application_precedence``:
+   GPU_OOM) replaces the Slurm endings in ``application_overrides`` (FAILED only: host
+   OUT_OF_MEMORY stays).
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .. import datafiles, tomlio
-from .classes import CLASSES, HARDWARE_CLASSES, UNKNOWN
+from .classes import APPLICATION_CLASSES, CLASSES, HARDWARE_CLASSES, UNKNOWN
 
 Evidence = Dict[str, Any]
 
@@ -41,6 +46,13 @@ def rules() -> Dict[str, Any]:
     unknown = [c for c in data["hardware_precedence"] if c not in HARDWARE_CLASSES]
     if unknown:
         raise ValueError(f"job-classes.toml: {unknown} are not hardware classes")
+    unknown = [c for c in data.get("application_precedence", []) if c not in APPLICATION_CLASSES]
+    unknown += [c for c in data.get("evidence_classes", {}).values() if c not in APPLICATION_CLASSES]
+    if unknown:
+        raise ValueError(f"job-classes.toml: {unknown} are not application classes")
+    data.setdefault("application_precedence", [])
+    data.setdefault("application_overrides", [])
+    data.setdefault("evidence_classes", {})
     return data
 
 
@@ -145,9 +157,11 @@ def _failed(code: int, signal: int, why: str) -> SlurmEnding:
 # -- evidence -------------------------------------------------------------------------------------
 
 def evidence_class(item: Evidence) -> Optional[str]:
-    """The hardware class one piece of evidence stands for, or None (evidence only)."""
+    """The hardware or application class one piece of evidence stands for, or None (evidence only)."""
     table = rules()
     kind = item.get("kind")
+    if kind in table["evidence_classes"]:
+        return table["evidence_classes"][kind]
     if kind == "xid":
         event_kind = item.get("event")
         if event_kind in table["kind_classes"]:
@@ -172,15 +186,29 @@ def evidence_class(item: Evidence) -> Optional[str]:
 
 def hardware_cause(evidence: Iterable[Evidence]) -> Optional[Tuple[str, Evidence]]:
     """The strongest hardware class in ``evidence`` and the item that shows it (step 3)."""
-    order = rules()["hardware_precedence"]
+    return _strongest(evidence, rules()["hardware_precedence"])
+
+
+def application_cause(evidence: Iterable[Evidence]) -> Optional[Tuple[str, Evidence]]:
+    """The strongest application class in ``evidence`` (GPU_OOM) and the item that shows it."""
+    return _strongest(evidence, rules()["application_precedence"])
+
+
+def _strongest(evidence: Iterable[Evidence], order: List[str]) -> Optional[Tuple[str, Evidence]]:
     best: Optional[Tuple[str, Evidence]] = None
     for item in evidence:
         cls = evidence_class(item)
-        if cls is None:
+        if cls is None or cls not in order:
             continue
         if best is None or order.index(cls) < order.index(best[0]):
             best = (cls, item)
     return best
+
+
+def application_could_replace(slurm_cls: str) -> bool:
+    """Whether application evidence (a GPU OOM) could change an ending of ``slurm_cls``: the
+    epilog looks for it (reads the job's output) only then."""
+    return bool(rules()["application_precedence"]) and slurm_cls in rules()["application_overrides"]
 
 
 # -- the classification ---------------------------------------------------------------------------
@@ -201,6 +229,8 @@ class Classification:
                     keys[key] = self.cause[key]
             if self.cause.get("kind") == "xid":
                 keys["xid"] = self.cause.get("code")
+            if self.cause.get("signature"):
+                keys["oom"] = self.cause["signature"]
             if self.cause.get("port"):
                 keys["port"] = self.cause["port"]
         if self.slurm.exit:
@@ -213,33 +243,41 @@ class Classification:
 def classify(view: SlurmView, evidence: Iterable[Evidence] = ()) -> Classification:
     evidence = list(evidence)
     ending = slurm_ending(view)
-    cause = hardware_cause(evidence)
-    if cause is not None and ending.cls in rules()["hardware_overrides"]:
-        return Classification(cause[0], ending, cause[1], evidence)
-    return Classification(ending.cls, ending, None, evidence)
+    cls, cause = reclassify(ending.cls, evidence)
+    return Classification(cls, ending, cause, evidence)
 
 
 def reclassify(slurm_cls: str, evidence: Iterable[Evidence]) -> Tuple[str, Optional[Evidence]]:
-    """The class of a recorded ending given (more) evidence: late evidence uses this."""
+    """The class of an ending given its evidence (steps 2-5); late evidence uses this too."""
+    evidence = list(evidence)
+    table = rules()
     cause = hardware_cause(evidence)
-    if cause is not None and slurm_cls in rules()["hardware_overrides"]:
+    if cause is not None and slurm_cls in table["hardware_overrides"]:
+        return cause[0], cause[1]
+    cause = application_cause(evidence)
+    if cause is not None and slurm_cls in table["application_overrides"]:
         return cause[0], cause[1]
     return slurm_cls, None
 
 
 def job_class(entries: Iterable[Mapping[str, Any]]) -> str:
     """One class for a whole job from its entries (per node, and the job-level ``"*"``):
-    the strongest hardware class any node reports; else the job-level entry's class; else the
-    most severe Slurm class among the nodes."""
+    the strongest hardware class any node reports; else the strongest application class any
+    node reports (GPU_OOM), when the job-level entry's class is one it replaces (FAILED) or there
+    is none; else the job-level entry's class; else the most severe Slurm class among the nodes."""
     entries = list(entries)
     table = rules()
     classes = [str(e.get("class", "")).upper() for e in entries]
     hardware = [c for c in classes if c in table["hardware_precedence"]]
     if hardware:
         return min(hardware, key=table["hardware_precedence"].index)
-    for entry in entries:
-        if str(entry.get("node")) == "*" and str(entry.get("class", "")).upper() in CLASSES:
-            return str(entry["class"]).upper()
+    job_level = [str(e.get("class", "")).upper() for e in entries
+                 if str(e.get("node")) == "*" and str(e.get("class", "")).upper() in CLASSES]
+    application = [c for c in classes if c in table["application_precedence"]]
+    if application and (not job_level or job_level[0] in table["application_overrides"]):
+        return min(application, key=table["application_precedence"].index)
+    if job_level:
+        return job_level[0]
     severity = table["slurm_severity"]
     known = [c for c in classes if c in severity]
     return min(known, key=severity.index) if known else UNKNOWN

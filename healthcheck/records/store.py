@@ -164,6 +164,8 @@ def entry_for(record: Dict[str, Any]) -> Dict[str, Any]:
             entry[key] = cause[key]
     if cause.get("kind") == "xid":
         entry["xid"] = cause.get("code")
+    elif cause.get("kind") == "gpu_oom":
+        entry["oom"] = cause.get("signature")      # which known message; the line stays in the record
     elif cause.get("gpu") is not None:
         # A failing check named the GPU; the Xid the driver logged for it says more.
         xids = [e.get("code") for e in record.get("evidence") or []

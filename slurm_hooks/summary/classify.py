@@ -2,7 +2,8 @@
 entries. Pure: text in, a ``Verdict`` out.
 
 * A hardware class from any node's entry (the node that broke the job) decides the cause, the
-  strongest by the epilog's precedence (``records.classify.job_class``).
+  strongest by the epilog's precedence (``records.classify.job_class``); so does an application
+  class (GPU_OOM) from a node's entry where the job-level entry is one it replaces (FAILED).
 * Else a job-level entry (``node`` "*", written once per job by EpilogSlurmctld) decides it.
 * Else node entries that agree on one class decide it.
 * Else, and for every job without an entry of ours, the cause is the first word of sacct's
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from healthcheck.records import admin_comment
-from healthcheck.records.classes import HARDWARE_CLASSES, UNKNOWN, is_hardware
+from healthcheck.records.classes import HARDWARE_CLASSES, UNKNOWN, is_application, is_hardware
 from healthcheck.records.classify import job_class
 
 SOURCE_HOOKS = "hooks"            # an entry of ours decided
@@ -121,6 +122,16 @@ def _culprit(entry: Dict[str, Any], nodes: Tuple[str, ...]) -> Optional[Culprit]
     return Culprit(node=node, gpu=_int(entry.get("gpu")), xid=_int(entry.get("xid")))
 
 
+def _application_entry(node_level: List[Dict[str, Any]], job_level: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """A node's application-class entry (GPU_OOM: that node read the job's output, which
+    EpilogSlurmctld does not) when ``job_class`` lets it replace the job-level entry (FAILED)."""
+    entries = [e for e in node_level if is_application(str(e.get("class")))]
+    if not entries:
+        return None
+    cls = job_class(entries + job_level[-1:])
+    return next((e for e in entries if str(e.get("class")) == cls), None)
+
+
 def classify(state: str, comment: str, nodes: Tuple[str, ...] = ()) -> Verdict:
     """The verdict for one row: ``state`` is sacct's State, ``comment`` its AdminComment,
     ``nodes`` the job's nodes (to place a job-level hardware entry on a one-node job)."""
@@ -134,9 +145,12 @@ def classify(state: str, comment: str, nodes: Tuple[str, ...] = ()) -> Verdict:
     # hardware class any node reports beats the job-level entry, which EpilogSlurmctld writes
     # without the node's evidence (a job that FAILED while its GPU fell off the bus is GPU_LOST).
     strongest = job_class(hardware_entries) if hardware_entries else None
+    application = _application_entry(node_level, job_level) if strongest is None else None
     if strongest is not None and strongest != UNKNOWN:
         hardware_entries.sort(key=lambda e: str(e.get("class")) != strongest)
         decided = hardware_entries[0]
+    elif application is not None:
+        decided = application
     elif job_level:
         decided = job_level[-1]
     else:
