@@ -37,13 +37,16 @@ def incarnations(lab, job_ids):
 
 
 def documented_cause(state, comment):
-    """The rule docs/summary.md states: a node's hardware entry (the strongest), else our
-    job-level entry, else the first word of sacct's State."""
+    """The rule docs/summary.md states: a node's hardware entry (the strongest), else a node's
+    GPU_OOM over a job-level FAILED, else our job-level entry, else the first word of sacct's State."""
     entries = admin_comment.parse(comment)
     job_level = [e for e in entries if e.get("node") == "*"]
     hardware = [e for e in entries if e.get("node") != "*" and is_hardware(e.get("class", ""))]
     if hardware:
         return job_class(hardware)
+    gpu_oom = [e for e in entries if e.get("node") != "*" and e.get("class") == "GPU_OOM"]
+    if gpu_oom and (not job_level or job_level[-1]["class"] == "FAILED"):
+        return "GPU_OOM"
     if job_level:
         return job_level[-1]["class"]
     return state.split(" ")[0]
