@@ -176,3 +176,21 @@ def test_all_files_modes():
 
 def test_cgroup_probe_reports_why_not(tmp_path):
     assert "no cgroup v1 memory controller" in render.cgroup_v1_memory(str(tmp_path))
+
+
+def test_the_taskprolog_wrapper_lets_the_task_run_when_its_user_cannot_start_the_hook(tmp_path):
+    """Slurm runs the TaskProlog as the job's user; a hook that user cannot execute must not
+    fail the task (exit 126 from the wrapper would)."""
+    unrunnable = tmp_path / "bin"
+    unrunnable.mkdir()
+    script = unrunnable / render.HOOKS["taskprolog"][1]
+    script.write_text("#!/nonexistent/python\n")
+    script.chmod(0o755)
+    wrapper = tmp_path / "taskprolog"
+    wrapper.write_text(render.hook_wrapper(LabPaths(str(tmp_path / "lab")), "taskprolog",
+                                           options(bin_dir=str(unrunnable))))
+    wrapper.chmod(0o755)
+    done = subprocess.run(["/usr/bin/env", "-i", str(wrapper)], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0 and done.stdout == "" and done.stderr
+    # every other hook still execs (its exit status is Slurm's signal)
+    assert render.hook_wrapper(LAB, "epilog", options()).rstrip().splitlines()[-1].startswith("exec ")

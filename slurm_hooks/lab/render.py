@@ -157,12 +157,20 @@ def hook_command(hook: str, opts: RenderOptions) -> List[str]:
     return [opts.python, "-I", "-m", module]
 
 
+# Slurm runs the TaskProlog as the job's user, who may not be able to start this Python at all
+# (the lab's interpreter can live under /root, 0700): then the shell's "Permission denied" goes
+# to the log, nothing is exported, and the task runs, as the TaskProlog promises. Exit status
+# 126 from an exec'd wrapper would fail every task of every user but root.
+_RUN_AS_USER = "{command} || exit 0"
+
+
 def hook_wrapper(lab: LabPaths, hook: str, opts: RenderOptions) -> str:
     what = HOOKS[hook][0]
+    command = " ".join(shlex.quote(part) for part in hook_command(hook, opts))
+    run = _RUN_AS_USER.format(command=command) if hook == "taskprolog" else f"exec {command}"
     return _template("lab-hook-wrapper.sh.tmpl").substitute(
         what=what, slurm_conf=shlex.quote(lab.slurm_conf),
-        hooks_config=shlex.quote(lab.hooks_config),
-        command=" ".join(shlex.quote(part) for part in hook_command(hook, opts)))
+        hooks_config=shlex.quote(lab.hooks_config), run=run)
 
 
 def hooks_config(lab: LabPaths, opts: RenderOptions, profiles: Optional[Dict[str, str]] = None) -> str:
