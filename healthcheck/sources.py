@@ -30,7 +30,7 @@ def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeS
     from .sim.node import SimNode
 
     sim = SimNode(state_dir, node, profile_path)
-    sim.ensure()
+    sim.prepare()
     sim_nvml._bind(sim.live_path)
     return NodeSources(node=node, nvml=sim_nvml, sysfs_root=sim.sysfs_root,
                        kernel_log=sim.kernel_log_path, state_dir=state_dir, simulated=True,

@@ -86,10 +86,22 @@ def counter_evidence(before: Dict[str, Dict[str, int]], after: Dict[str, Dict[st
 
 def place_kernel_cursor(config: Config, sources: Any, node: str, job_id: str) -> Optional[str]:
     """Start this job's kernel-log cursor at the end of the log (prolog). Returns the consumer
-    name, or None when the log cannot be read (the epilog then uses time stamps)."""
+    name, or None when the log cannot be read (the epilog then uses time stamps).
+
+    A plain file (the usual syslog file, the simulator's) gets its cursor from a stat and one
+    short read, without loading the kernel-log scanner: the job only wants what comes next.
+    /dev/kmsg and the journal have no such shortcut and are read to their end."""
+    consumer = job_consumer(node, job_id)
+    if sources.kernel_log not in ("auto", "kmsg", "journal", "-"):
+        from healthcheck.kernellog.cursor import start_file_at_end
+
+        try:
+            if start_file_at_end(sources.kernel_log, sources.state_dir, consumer):
+                return consumer
+        except (OSError, ValueError):
+            return None
     from healthcheck.kernellog.api import KernelLogError, read_new_events
 
-    consumer = job_consumer(node, job_id)
     try:
         read_new_events(sources.kernel_log, sources.state_dir, consumer, config=config).commit()
     except (KernelLogError, OSError, ValueError):

@@ -287,3 +287,36 @@ def test_a_time_window_read_of_a_big_file_starts_near_the_window(tmp_path):
     assert window.stats.bytes_read < size / 2, (window.stats.bytes_read, size)
     everything = scan_events(str(log))
     assert [event.code for event in everything.events] == [31, 48] and everything.stats.bytes_read == size
+
+
+@pytest.mark.parametrize("tail", ["", XID79[:40]], ids=["ends-on-a-line", "line-being-written"])
+def test_starting_at_the_end_saves_the_cursor_a_read_to_the_end_would(tmp_path, tail):
+    """The prolog's shortcut (a stat and one short read, no scan) places a job's reader where
+    reading the whole log and committing would, and the next read gets exactly what follows."""
+    log = tmp_path / "kern.log"
+    write(log, lines(NOISE, 3000) + XID13.format(n=1) + tail)
+    state = str(tmp_path / "state")
+    read_and_commit(str(log), state, "gpu1.read", now=NOW)
+    assert cursor_module.start_file_at_end(str(log), state, "gpu1.job.7") is True
+    saved = {}
+    for reader in ("gpu1.read", "gpu1.job.7"):
+        folder = tmp_path / "state" / "kernellog" / reader
+        saved[reader] = {p.name: json.loads(p.read_text()) for p in folder.glob("cursor-*.json")}
+    assert saved["gpu1.job.7"] == saved["gpu1.read"] and len(saved["gpu1.read"]) == 1
+    write(log, XID79[len(tail):] + lines(NOISE, 3, 9000))
+    after = read_and_commit(str(log), state, "gpu1.job.7", now=NOW + 5)
+    assert after.rescan is None and [event.code for event in after.events] == [79]
+
+
+def test_starting_at_the_end_declines_what_it_cannot_place(tmp_path):
+    """A compressed file or one without a line end near its end: False, and the caller reads."""
+    state = str(tmp_path / "state")
+    packed = tmp_path / "kern.log.gz"
+    packed.write_bytes(b"\x1f\x8b" + b"\0" * 64)
+    assert cursor_module.start_file_at_end(str(packed), state, "gpu1.job.1") is False
+    endless = tmp_path / "endless.log"
+    endless.write_bytes(b"x" * (70 * 1024))
+    assert cursor_module.start_file_at_end(str(endless), state, "gpu1.job.1") is False
+    with pytest.raises(OSError):
+        cursor_module.start_file_at_end(str(tmp_path / "missing.log"), state, "gpu1.job.1")
+    assert not (tmp_path / "state" / "kernellog" / "gpu1.job.1").exists()

@@ -19,15 +19,22 @@ its schema below (unreadable JSON, an offset that is not a number, ...) is set a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
+import stat
 from typing import Any, Dict, Iterator, Optional
 
 from ..fsutil import atomic_write, ensure_dir, ensure_state_dir, locked, path_component
 from ..fsutil import read_state_json as read_json
 from ..shapes import field_problem, is_int, is_str, optional
-from .flood import state_problem
+
+try:        # CPython's own SHA-256: the same digests as hashlib's without loading OpenSSL (3 ms a hook run)
+    from _sha256 import sha256
+except ImportError:   # pragma: no cover - 3.12 renamed it; a build without it has hashlib's
+    try:
+        from _sha2 import sha256
+    except ImportError:
+        from hashlib import sha256
 
 _NON_NEGATIVE = lambda value: is_int(value) and value >= 0   # noqa: E731
 # What each kind of cursor must hold ("source" too: the source it belongs to).
@@ -61,7 +68,7 @@ class StateStore:
             yield
 
     def cursor_path(self, kind: str, source: str) -> str:
-        digest = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        digest = sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         return os.path.join(self.dir, f"cursor-{kind}-{digest}.json")
 
     def load_cursor(self, kind: str, source: str) -> Optional[Dict[str, Any]]:
@@ -77,6 +84,8 @@ class StateStore:
         atomic_write(self.cursor_path(kind, source), json.dumps(dict(cursor, source=source), sort_keys=True))
 
     def load_flood(self) -> Dict[str, Any]:
+        from .flood import state_problem
+
         return read_json(os.path.join(self.dir, "flood.json"), state_problem) or {}
 
     def save_flood(self, state: Dict[str, Any]) -> None:
@@ -86,7 +95,44 @@ class StateStore:
 def tail_hash(fd: int, offset: int) -> str:
     """A hash of the 64 bytes before ``offset``: the same file still holds what we read."""
     start = max(0, offset - 64)
-    return hashlib.sha256(os.pread(fd, offset - start, start)).hexdigest()
+    return sha256(os.pread(fd, offset - start, start)).hexdigest()
+
+
+# How far back from a file's end ``start_file_at_end`` looks for the last complete line.
+_LAST_LINE_BYTES = 64 * 1024
+
+
+def start_file_at_end(path: str, state_dir: str, node: str) -> bool:
+    """Start reader ``node``'s cursor on the file ``path`` at its last complete line, with no
+    flood state: what a read to the end would commit when the reader only wants what comes
+    next (the prolog, for a job's own reader). A stat and one short read instead of a scan.
+
+    False when it cannot say where the end is this way (not a regular file, a compressed one,
+    no line end in the last 64 KiB): the caller then reads the log instead. Raises OSError
+    when the file cannot be opened or the state dir written."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)      # followed, as the readers do: an admin's path
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or os.pread(fd, 2, 0) == b"\x1f\x8b":
+            return False
+        offset = info.st_size
+        if offset:
+            start = max(0, offset - _LAST_LINE_BYTES)
+            tail = os.pread(fd, offset - start, start)
+            newline = tail.rfind(b"\n")
+            if newline < 0:
+                return False
+            offset = start + newline + 1
+        identity = os.path.abspath(path)
+        cursor = {"dev": info.st_dev, "ino": info.st_ino, "offset": offset, "tail_sha256": tail_hash(fd, offset),
+                  "mid_line": False}
+    finally:
+        os.close(fd)
+    store = StateStore(state_dir, node)
+    with store.lock():
+        store.save_flood({})
+        store.save_cursor("file", identity, cursor)
+    return True
 
 
 def boot_id() -> Optional[str]:

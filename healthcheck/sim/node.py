@@ -45,14 +45,22 @@ class SimNode:
     # -- lifecycle -------------------------------------------------------------------------
     def ensure(self) -> Dict[str, Any]:
         """The live profile, created from the shipped one on first use."""
+        return self.prepare() or self.load()
+
+    def prepare(self) -> Optional[Dict[str, Any]]:
+        """Make sure the live state exists (created from the shipped profile on first use).
+
+        Returns the profile when it had to be written, None when the node was ready: the hooks
+        only need the files (each ``nvmlInit`` reads the live profile itself), so a ready node
+        costs a few stat calls, not a TOML parse a real node would never do."""
         ensure_state_dir(self.state_dir)
         if os.path.exists(self.live_path) and self._source_unchanged() and os.path.exists(self.boot_id_path):
-            return self.load()
+            return None
         with locked(self._lock_path):
             if os.path.exists(self.live_path) and self._source_unchanged():
                 if not os.path.exists(self.boot_id_path):
                     self._new_boot()
-                return self.load()
+                return None
             return self._start_from_profile()
 
     def reset(self) -> Dict[str, Any]:
