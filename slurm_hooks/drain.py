@@ -26,6 +26,8 @@ def event_finding(config, item: Dict[str, Any]) -> Finding:
 
 def drain_findings(config, findings: List[Finding], events: List[Dict[str, Any]]) -> List[Finding]:
     """The findings that ask for a drain, the strongest hardware cause first."""
+    if not findings and not events:
+        return []       # the healthy job's ending: no need to load the Actions layer
     from healthcheck.actions.cause import is_drain_finding
     from healthcheck.records.classify import evidence_class, hardware_cause
 
@@ -56,13 +58,13 @@ def drain_or_refuse(config, backend, node: str, findings: List[Finding],
                     events: List[Dict[str, Any]]) -> Tuple[Optional[str], str]:
     """``drain_for`` and the rule that decided: (reason, rule); rule ``drain-budget`` when the
     drain budget refused the drain or undid it (``BUDGET_RULE``)."""
+    draining = drain_findings(config, findings, events)
+    if not draining:
+        return None, "nothing-to-drain"
     from healthcheck.actions import Policy, apply, decide
     from healthcheck.actions.serial import decision_lock_wait_s, deciding_alone
     from healthcheck.slurm import SlurmError
 
-    draining = drain_findings(config, findings, events)
-    if not draining:
-        return None, "nothing-to-drain"
     # From the Slurm read to the applied decision, this node's other hooks wait (no double drain).
     with deciding_alone(config.state_dir, node, decision_lock_wait_s(config)) as unlocked:
         if unlocked:

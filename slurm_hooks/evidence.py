@@ -113,9 +113,19 @@ def kernel_evidence(config: Config, sources: Any, node: str, job_id: str, baseli
                     job_gpus: Optional[Iterable[int]], gpus_facts: Iterable[Any], started_at: Optional[float],
                     now: float) -> Dict[str, Any]:
     """Xid/SXid events on the job's GPUs (or node-wide) during the job: {"events": [...], "source", "error"}."""
+    consumer = (baseline or {}).get("kernel_consumer")
+    if consumer and sources.kernel_log not in ("auto", "kmsg", "journal", "-"):
+        from healthcheck.kernellog.cursor import file_unchanged
+
+        try:
+            quiet = file_unchanged(sources.kernel_log, sources.state_dir, consumer)
+        except (OSError, ValueError):
+            quiet = False           # the read below says what is wrong
+        if quiet:                   # the common ending: no kernel line since the prolog
+            _drop_consumer(sources.state_dir, consumer)
+            return {"events": [], "source": "job cursor"}
     from healthcheck.kernellog.api import KernelLogError, events_between, read_new_events
 
-    consumer = (baseline or {}).get("kernel_consumer")
     try:
         if consumer:
             # Read, never committed: the job's cursor goes away with the job.

@@ -320,3 +320,18 @@ def test_starting_at_the_end_declines_what_it_cannot_place(tmp_path):
     with pytest.raises(OSError):
         cursor_module.start_file_at_end(str(tmp_path / "missing.log"), state, "gpu1.job.1")
     assert not (tmp_path / "state" / "kernellog" / "gpu1.job.1").exists()
+
+
+def test_a_reader_at_the_end_of_an_unchanged_file_is_told_so_and_nothing_else_is(tmp_path):
+    log = tmp_path / "kern.log"
+    state = str(tmp_path / "state")
+    write(log, lines(NOISE, 100))
+    assert cursor_module.file_unchanged(str(log), state, "gpu1.job.9") is False      # no cursor yet
+    assert cursor_module.start_file_at_end(str(log), state, "gpu1.job.9")
+    assert cursor_module.file_unchanged(str(log), state, "gpu1.job.9") is True
+    write(log, XID79[:20])                                                              # a line being written
+    assert cursor_module.file_unchanged(str(log), state, "gpu1.job.9") is False
+    write(log, lines(NOISE, 100), mode="w")
+    assert cursor_module.start_file_at_end(str(log), state, "gpu1.job.9")
+    log.write_bytes(log.read_bytes()[:-2] + b"!\n")                                      # same size, rewritten
+    assert cursor_module.file_unchanged(str(log), state, "gpu1.job.9") is False

@@ -135,6 +135,24 @@ def start_file_at_end(path: str, state_dir: str, node: str) -> bool:
     return True
 
 
+def file_unchanged(path: str, state_dir: str, node: str) -> bool:
+    """Whether reader ``node`` has already read the file ``path`` to its end: its saved cursor
+    is on this file (same device and inode, the bytes before it the same) at its last byte.
+    Then a read would find no new line; the epilog asks this before loading the reader.
+    False when unsure (no cursor, another file, a line still being written): read it."""
+    identity = os.path.abspath(path)
+    saved = StateStore(state_dir, node).load_cursor("file", identity)
+    if saved is None:
+        return False
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        return (stat.S_ISREG(info.st_mode) and saved["dev"] == info.st_dev and saved["ino"] == info.st_ino
+                and saved["offset"] == info.st_size and tail_hash(fd, info.st_size) == saved["tail_sha256"])
+    finally:
+        os.close(fd)
+
+
 def boot_id() -> Optional[str]:
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
