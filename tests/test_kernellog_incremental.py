@@ -335,3 +335,24 @@ def test_a_reader_at_the_end_of_an_unchanged_file_is_told_so_and_nothing_else_is
     assert cursor_module.start_file_at_end(str(log), state, "gpu1.job.9")
     log.write_bytes(log.read_bytes()[:-2] + b"!\n")                                      # same size, rewritten
     assert cursor_module.file_unchanged(str(log), state, "gpu1.job.9") is False
+
+
+def test_a_hook_read_of_an_unchanged_log_neither_loads_the_reader_nor_misses_what_comes_next(tmp_path, monkeypatch):
+    from healthcheck.config import Config
+    from healthcheck.probes.kernel_log import probe_kernel_log
+
+    config = Config.load(None, {})
+    log = tmp_path / "kern.log"
+    state = str(tmp_path / "state")
+    write(log, lines(NOISE, 50) + XID13.format(n=1))
+    first = probe_kernel_log(str(log), state, "gpu1", "health", config, now=NOW)
+    assert [event.code for event in first.events] == [13] and first.read is not None
+    first.read.commit()
+    with monkeypatch.context() as patched:
+        patched.setitem(sys.modules, "healthcheck.kernellog.api", None)      # importing it would fail
+        quiet = probe_kernel_log(str(log), state, "gpu1", "health", config, now=NOW + 60)
+    assert quiet.status == "ok" and quiet.events == [] and quiet.read is None
+    assert quiet.source == os.path.abspath(log)
+    write(log, XID79)
+    after = probe_kernel_log(str(log), state, "gpu1", "health", config, now=NOW + 120)
+    assert [event.code for event in after.events] == [79]
