@@ -10,11 +10,11 @@ never a drain. Bad command-line input is one line and exit 2. Kept lean: no clic
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
 import sys
+from types import SimpleNamespace
 from typing import Optional, Sequence
 
 PROG = "slurm-gpu-healthcheck"
@@ -24,19 +24,25 @@ class Watchdog(Exception):
     """The whole run took longer than ``[health] deadline_s``."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:          # one line, exit 2; never argparse's usage dump
-        print(f"{PROG}: {message}", file=sys.stderr)
-        sys.exit(2)
+def parse(argv: Optional[Sequence[str]]):
+    """The options; slurmd passes none, and then argparse is not even loaded (every node, every
+    few minutes)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        return SimpleNamespace(config=None, node=None, dry_run=False, json=False)
+    import argparse
 
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:          # one line, exit 2; never argparse's usage dump
+            print(f"{PROG}: {message}", file=sys.stderr)
+            sys.exit(2)
 
-def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = _Parser(prog=PROG, description="Check this node's GPUs and links; drain or resume it in Slurm.")
     parser.add_argument("--config", help="config file (default: $SLURM_GPU_HOOKS_CONFIG, else /etc/slurm-gpu-hooks/config.toml)")
     parser.add_argument("--node", help="node name (default: $SLURMD_NODENAME, else the short hostname)")
     parser.add_argument("--dry-run", action="store_true", help="decide and print the scontrol call; change nothing")
     parser.add_argument("--json", action="store_true", help="print the decision as JSON")
-    return parser.parse_args(argv)
+    return parser.parse_args(args)
 
 
 def _load_config(path: Optional[str]):

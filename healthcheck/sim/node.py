@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -104,6 +103,8 @@ class SimNode:
             return ""
 
     def _new_boot(self) -> None:
+        import uuid         # only at a (simulated) boot: with platform, 3 ms on every hook's path
+
         atomic_write(self.boot_id_path, str(uuid.uuid4()) + "\n")
 
     def load(self) -> Dict[str, Any]:
