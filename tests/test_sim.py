@@ -196,3 +196,27 @@ def test_a_fault_on_one_gpu_stays_on_that_gpu(tmp_path):
     node.ensure()
     updated = node.inject([("gpu.2.remapped_rows.pending", True)])
     assert [gpu["remapped_rows"]["pending"] for gpu in updated["gpu"]] == [False, False, True] + [False] * 5
+
+
+def test_the_simulated_driver_reads_the_completed_rendition_only_while_it_matches_the_live_file(tmp_path):
+    """Each nvmlInit reads the rendition SimNode writes with the live profile; a live file
+    changed any other way (an admin's editor) is parsed again, never served stale."""
+    from healthcheck import tomlio
+    from healthcheck.sim.profile import complete, completed_path, load_live
+
+    node = SimNode(str(tmp_path), "gpu1", os.path.join(SIM_PROFILES, "h100-healthy.toml"))
+    node.ensure()
+    node.inject([("gpu.4.ecc.volatile_uncorrected", 3)])
+    rendition = completed_path(node.live_path)
+    assert os.path.isfile(rendition)
+    parsed = complete(tomlio.load_file(node.live_path), node.live_path)
+    assert load_live(node.live_path) == parsed and parsed["gpu"][4]["ecc"]["volatile_uncorrected"] == 3
+    with open(node.live_path, "a", encoding="utf-8") as handle:
+        handle.write("\n# edited by hand\n")
+    with open(rendition, "r+", encoding="utf-8") as handle:     # a rendition that would now lie
+        text = handle.read().replace('"volatile_uncorrected": 3', '"volatile_uncorrected": 7')
+        handle.seek(0)
+        handle.write(text)
+    assert load_live(node.live_path)["gpu"][4]["ecc"]["volatile_uncorrected"] == 3
+    os.unlink(rendition)
+    assert load_live(node.live_path) == parsed

@@ -24,17 +24,11 @@ import os
 import stat
 from typing import Any, Dict, Iterator, Optional
 
+from ..digest import sha256
 from ..fsutil import atomic_write, ensure_dir, ensure_state_dir, locked, path_component
 from ..fsutil import read_state_json as read_json
 from ..shapes import field_problem, is_int, is_str, optional
 
-try:        # CPython's own SHA-256: the same digests as hashlib's without loading OpenSSL (3 ms a hook run)
-    from _sha256 import sha256
-except ImportError:   # pragma: no cover - 3.12 renamed it; a build without it has hashlib's
-    try:
-        from _sha2 import sha256
-    except ImportError:
-        from hashlib import sha256
 
 _NON_NEGATIVE = lambda value: is_int(value) and value >= 0   # noqa: E731
 # What each kind of cursor must hold ("source" too: the source it belongs to).

@@ -4,6 +4,8 @@ sysfs tree and kernel-log file rendered from it.
 Layout under ``<state_dir>/sim/<node>/``::
 
     profile.toml          the live profile (what ``sim inject`` changes)
+    profile.completed.json  the same, completed, as each simulated ``nvmlInit`` reads it
+                          (``profile.load_live``; ignored once profile.toml changes otherwise)
     source                the shipped profile it was made from (for ``sim reset``)
     sys/class/infiniband  the rendered IB ports (the sysfs reader's root is ``sys``)
     sys/devices, sys/bus/pci/devices   the GPUs' and HCAs' PCI devices (NUMA node, PCIe switch)
@@ -148,7 +150,11 @@ class SimNode:
         return profile
 
     def _write(self, profile: Dict[str, Any]) -> None:
-        atomic_write(self.live_path, tomlio.dumps(profile))
+        text = tomlio.dumps(profile)
+        # The rendition first: a live file newer than its rendition no longer matches it.
+        atomic_write(profiles.completed_path(self.live_path),
+                     profiles.completed_rendition(text.encode("utf-8"), self.live_path))
+        atomic_write(self.live_path, text)
         render_sysfs(profile, self.sysfs_root)
         render_driver_proc(profile, self.proc_root)
         render_programs(profile, self.programs_dir, self.live_path)

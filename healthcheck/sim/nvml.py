@@ -48,7 +48,6 @@ from pynvml import (  # noqa: F401  (re-exported: callers catch pynvml's own cla
     nvmlPciInfo_t,
 )
 
-from .. import tomlio
 from ..driver_support import driver_exports as _driver_exports
 from . import profile as profiles
 
@@ -145,7 +144,7 @@ def nvmlInit() -> None:
     global _profile
     if _bound_path is None:
         raise NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-    profile = profiles.complete(tomlio.load_file(_bound_path), _bound_path)
+    profile = profiles.load_live(_bound_path)
     mode = profile["node"]["nvml"]
     if mode == "hang":
         _hang()
