@@ -127,6 +127,20 @@ def test_the_data_is_fsynced_before_the_rename(tmp_path, monkeypatch):
     assert events[:2] == ["fsync", "replace"]
 
 
+def test_an_output_written_without_fsync_is_still_whole_and_exactly_its_mode(tmp_path, monkeypatch):
+    """durable=False (the health check's last result and metrics) skips only the fsyncs."""
+    synced = []
+    monkeypatch.setattr(fsutil.os, "fsync", lambda fd: synced.append(fd))
+    path = tmp_path / "out" / "metrics.prom"
+    fsutil.atomic_write(str(path), "old\n", mode=0o644, durable=False)
+    fsutil.atomic_write(str(path), "new\n" * 1000, mode=0o644, durable=False)
+    assert synced == []
+    assert path.read_text() == "new\n" * 1000 and stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert os.listdir(path.parent) == ["metrics.prom"]
+    fsutil.atomic_write(str(path), "durable\n")
+    assert len(synced) == 2          # the data and the directory entry
+
+
 def test_a_hook_whose_disk_is_full_exits_zero(tmp_path, monkeypatch, capsys):
     from slurm_hooks import prolog
 

@@ -71,7 +71,8 @@ def write_all(run, state_dir: str, textfile_dir: str, use_syslog: bool) -> List[
     doc = run.to_json()
     try:
         ensure_dir(health_dir(state_dir))
-        atomic_write(last_path(state_dir, run.node), json.dumps(doc, sort_keys=True) + "\n")
+        # Outputs every run rewrites: atomic, not fsynced (a crash loses one run's copy, never the state).
+        atomic_write(last_path(state_dir, run.node), json.dumps(doc, sort_keys=True) + "\n", durable=False)
         if evidence_wanted(run):
             path = evidence_path(state_dir, run.node)
             rotate_if_full(path, EVIDENCE_MAX_BYTES)
@@ -81,7 +82,7 @@ def write_all(run, state_dir: str, textfile_dir: str, use_syslog: bool) -> List[
     try:
         directory = textfile_dir or health_dir(state_dir)
         ensure_dir(directory)
-        atomic_write(textfile_path(directory, run.node), prometheus(run), mode=TEXTFILE_MODE)
+        atomic_write(textfile_path(directory, run.node), prometheus(run), mode=TEXTFILE_MODE, durable=False)
     except OSError as exc:
         problems.append(f"metrics textfile not written: {exc.strerror or exc}")
     line = log_line(run)
