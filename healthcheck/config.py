@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from . import datafiles, tomlio
 from .findings import ACTIONS, action_for
-from .kernellog.events import XID_ACTIONS
+from .kernellog.xid_actions import XID_ACTIONS
 from .facts import NVML_DRIVER_FACTS
 from .fsutil import name_problem
 from .schema import Field, Problem, merge, validate

@@ -305,3 +305,41 @@ def test_a_job_of_root_is_not_read(node, oom_job):
     assert epilog.main([]) == 0
     record = store.read_record(node["state"], "5", "gpu1")
     assert record["class"] == "FAILED" and record["job_output"] == {"read": [], "skipped": "the job runs as uid 0 gid 0"}
+
+
+# What a healthy job and a quiet health-check run must not load (docs/performance.md): the
+# kernel-log scanner, parser and catalog when the log has no new line, the Actions layer when
+# nothing is to be drained, argparse when slurmd passes no argument.
+_HEALTHY_PATH_NEVER = {
+    "prolog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.kernellog.catalog",
+               "healthcheck.kernellog.events", "healthcheck.actions.decision", "argparse", "click", "jinja2"},
+    "epilog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.kernellog.catalog",
+               "healthcheck.kernellog.events", "healthcheck.actions.decision", "argparse", "click", "jinja2"},
+    "healthcheck": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser",
+                    "healthcheck.kernellog.catalog", "argparse", "click", "jinja2"},
+}
+
+
+def test_a_healthy_job_and_a_quiet_health_check_load_only_what_they_use(node):
+    import subprocess
+    import sys
+
+    modules = {"prolog": "slurm_hooks.prolog", "epilog": "slurm_hooks.epilog",
+               "healthcheck": "healthcheck.healthcheck"}
+    env = {key: value for key, value in os.environ.items() if key != "SLURM_SCRIPT_CONTEXT"}
+    seen = {}
+    # The health check runs twice: its first run reads the log (nothing was read before).
+    for hook in ("prolog", "epilog", "healthcheck", "healthcheck"):
+        context = {"prolog": "prolog_slurmd", "epilog": "epilog_slurmd"}.get(hook)
+        run_env = dict(env, **({"SLURM_SCRIPT_CONTEXT": context} if context else {}))
+        code = (f"import sys, json; from {modules[hook]} import main; rc = main([]); "
+                "print(json.dumps([rc, sorted(sys.modules)]))")
+        done = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        rc, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+        assert rc == 0, done.stderr
+        seen[hook] = set(loaded)
+    for hook, never in _HEALTHY_PATH_NEVER.items():
+        assert seen[hook] & never == set(), hook
+    assert "healthcheck.kernellog.cursor" in seen["epilog"]      # the job's reader was looked at

@@ -5,26 +5,13 @@ import time as _time
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional
 
+from .xid_actions import XID_ACTIONS, action_rank, stronger  # noqa: F401  (re-exported: their old home)
+
 KINDS = ("xid", "sxid", "fallen_off_bus")
 FALLEN_OFF_BUS_CODE = 79
 
-# What this project does about an Xid, weakest first: the catalog's mapping, [xid] actions and
-# [xid] escalate choose among these, and the stronger of two wins.
-XID_ACTIONS = ("ignore", "job", "reset_gpu", "reboot", "contact_support")
-
-_STRENGTH = {action: rank for rank, action in enumerate(XID_ACTIONS)}
-
 # ``slurm-gpu xid scan --json`` writes these keys first, always (a contract).
 JSON_CONTRACT_KEYS = ("kind", "code", "pci", "gpu_instance", "pid", "process", "message", "action", "mnemonic")
-
-
-def stronger(first: str, second: str) -> str:
-    """The stronger of two actions (ignore < job < reset_gpu < reboot < contact_support)."""
-    return first if _STRENGTH.get(first, len(XID_ACTIONS)) >= _STRENGTH.get(second, len(XID_ACTIONS)) else second
-
-
-def action_rank(action: str) -> int:
-    return _STRENGTH.get(action, len(XID_ACTIONS))
 
 
 @dataclass
