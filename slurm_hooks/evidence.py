@@ -17,7 +17,15 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from healthcheck.config import Config
 from healthcheck.findings import Finding
-from healthcheck.records.late import finding_evidence  # noqa: F401 - the prolog and epilog's name for it
+
+def finding_evidence(finding: Finding) -> Dict[str, Any]:
+    """``healthcheck.records.late.finding_evidence``, the prolog and epilog's name for it; loaded
+    on first use, as a healthy job's prolog has no finding to turn into evidence (late evidence
+    and the classification tables stay unloaded)."""
+    from healthcheck.records.late import finding_evidence as evidence_of
+
+    return evidence_of(finding)
+
 
 # Counters compared between the prolog's baseline and the epilog (per GPU / per port).
 GPU_COUNTERS = ("ecc.volatile_uncorrected", "ecc.aggregate_uncorrected", "ecc.volatile_corrected",
