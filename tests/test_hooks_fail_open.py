@@ -115,3 +115,19 @@ def test_a_regular_config_file_is_still_read_after_the_refusals(tmp_path):
     path.write_text('[gpu]\nprobe_timeout_s = 2.0\n')
     assert stat.S_ISREG(os.stat(path).st_mode)
     assert run_cli(["config", "check", str(path)]).exit_code == 0
+
+
+def test_a_hook_body_runs_without_the_cycle_collector_and_the_heap_is_frozen_at_exit(monkeypatch):
+    """run_hook: no cyclic GC during the body, the collector back for a caller that goes on
+    (a test, ``slurm-gpu``), and gc.freeze registered to run at exit, once."""
+    import gc
+
+    registered = []
+    monkeypatch.setattr(hookenv.atexit, "register", registered.append)
+    monkeypatch.setattr(hookenv, "_FREEZE_REGISTERED", [])
+    seen = []
+    assert gc.isenabled()
+    assert hookenv.run_hook("prolog", lambda: seen.append(gc.isenabled()) or 0) == 0
+    assert hookenv.run_hook("prolog", lambda: 1 // 0) == 0           # fails open, collector back too
+    assert seen == [False] and gc.isenabled()
+    assert registered == [gc.freeze]
