@@ -120,6 +120,14 @@ case "$1 $2" in
 esac
 exit 0
 """
+# squeue -h -t all -j JOB -O JobID:|,State:|,... (healthcheck.slurm.cli_backend.squeue_job_argv):
+# the job's state fields as 22.05 prints them, each followed by the "|" suffix.
+_SQUEUE = """#!/bin/sh
+# A stand-in for squeue in the benchmark: answers like Slurm 22.05, counts its calls.
+echo "squeue $*" >> "{calls}"
+echo "{job}|COMPLETING|1|0|0|2026-11-30T10:00:01|2026-11-30T11:00:04|N/A|{node}|None|"
+exit 0
+"""
 _QUIET = """#!/bin/sh
 # A stand-in for {name} in the benchmark: succeeds silently, counts its calls.
 echo "{name} $*" >> "{calls}"
@@ -139,6 +147,7 @@ class HookNode:
         self.calls = os.path.join(work, "slurm-calls.log")
         os.makedirs(self.bin_dir, exist_ok=True)
         self._write(os.path.join(self.bin_dir, "scontrol"), _SCONTROL.format(calls=self.calls, job=JOB_ID, node=NODE))
+        self._write(os.path.join(self.bin_dir, "squeue"), _SQUEUE.format(calls=self.calls, job=JOB_ID, node=NODE))
         for name in ("sacct", "sacctmgr", "sinfo"):
             self._write(os.path.join(self.bin_dir, name), _QUIET.format(calls=self.calls, name=name))
         self.config = os.path.join(work, "config.toml")
