@@ -65,9 +65,12 @@ def _on_alarm(signum, frame):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from .hookenv import run_hook
+    from .shortlived import short_process
 
-    return run_hook("healthcheck", lambda: _main(argv))
+    with short_process():      # before the imports: a hook is one short process
+        from .hookenv import run_hook
+
+        return run_hook("healthcheck", lambda: _main(argv))
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:

@@ -2,8 +2,6 @@
 loading config without ever failing the node over it."""
 from __future__ import annotations
 
-import atexit
-import gc
 import os
 import sys
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -20,13 +18,16 @@ def run_hook(hook: str, body: Callable[[], int]) -> int:
     the job not failed over it (fail open). Only ``SystemExit``, a hook deciding its own status,
     passes through.
 
-    A hook is one short process, so the cyclic garbage collector stays off while the body runs
-    (it would walk the heap again and again while some 190 modules are imported; it is turned
-    back on afterwards, for callers that go on), and the heap is frozen at exit so the
-    interpreter's final collection walks nothing: 20-30 ms a run together (docs/performance.md).
+    The body runs as one short process (``healthcheck.shortlived``: no cyclic garbage
+    collection, the heap frozen at exit); the hooks' ``main`` enters that before its imports.
     """
-    collecting = gc.isenabled()
-    gc.disable()
+    from .shortlived import short_process
+
+    with short_process():
+        return _run_failing_open(hook, body)
+
+
+def _run_failing_open(hook: str, body: Callable[[], int]) -> int:
     try:
         return body()
     except SystemExit:
@@ -40,21 +41,6 @@ def run_hook(hook: str, body: Callable[[], int]) -> int:
         except BaseException:           # noqa: B036 - even the message must not fail the hook
             pass
         return 0
-    finally:
-        if collecting:
-            gc.enable()
-        _freeze_at_exit()
-
-
-_FREEZE_REGISTERED = []
-
-
-def _freeze_at_exit() -> None:
-    """At exit (atexit handlers run before the interpreter's final collections), move every
-    object to the permanent generation: nothing is left to collect in a process about to end."""
-    if not _FREEZE_REGISTERED:
-        atexit.register(gc.freeze)
-        _FREEZE_REGISTERED.append(True)
 
 
 def help_requested(hook: str, argv: Optional[Sequence[str]], doc: str, example: str) -> Optional[int]:

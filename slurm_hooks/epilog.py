@@ -36,12 +36,15 @@ def hook_identity(env=os.environ):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.hookenv import help_requested, run_hook
+    from healthcheck.shortlived import short_process
 
-    asked = help_requested("epilog", argv, __doc__ or "", 'SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_SCRIPT_CONTEXT=epilog_slurmd slurm-gpu-epilog   # after job 42')
-    if asked is not None:
-        return asked
-    return run_hook("epilog", lambda: _run(argv))
+    with short_process():      # before the imports: a hook is one short process
+        from healthcheck.hookenv import help_requested, run_hook
+
+        asked = help_requested("epilog", argv, __doc__ or "", 'SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_SCRIPT_CONTEXT=epilog_slurmd slurm-gpu-epilog   # after job 42')
+        if asked is not None:
+            return asked
+        return run_hook("epilog", lambda: _run(argv))
 
 
 def _run(argv: Optional[Sequence[str]]) -> int:

@@ -25,12 +25,15 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.hookenv import help_requested, run_hook
+    from healthcheck.shortlived import short_process
 
-    asked = help_requested("prolog", argv, __doc__ or "", 'SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-prolog   # what slurmd runs before job 42')
-    if asked is not None:
-        return asked
-    return run_hook("prolog", lambda: _run(argv))
+    with short_process():      # before the imports: a hook is one short process
+        from healthcheck.hookenv import help_requested, run_hook
+
+        asked = help_requested("prolog", argv, __doc__ or "", 'SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-prolog   # what slurmd runs before job 42')
+        if asked is not None:
+            return asked
+        return run_hook("prolog", lambda: _run(argv))
 
 
 def _run(argv: Optional[Sequence[str]]) -> int:

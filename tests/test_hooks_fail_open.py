@@ -118,16 +118,24 @@ def test_a_regular_config_file_is_still_read_after_the_refusals(tmp_path):
 
 
 def test_a_hook_body_runs_without_the_cycle_collector_and_the_heap_is_frozen_at_exit(monkeypatch):
-    """run_hook: no cyclic GC during the body, the collector back for a caller that goes on
-    (a test, ``slurm-gpu``), and gc.freeze registered to run at exit, once."""
+    """run_hook (and each hook's main, around its imports): no cyclic GC during the body, the
+    collector back for a caller that goes on (a test, ``slurm-gpu``), gc.freeze registered to
+    run at exit, once."""
     import gc
 
+    from healthcheck import shortlived
+    from slurm_hooks import prolog
+
     registered = []
-    monkeypatch.setattr(hookenv.atexit, "register", registered.append)
-    monkeypatch.setattr(hookenv, "_FREEZE_REGISTERED", [])
+    monkeypatch.setattr(shortlived.atexit, "register", registered.append)
+    monkeypatch.setattr(shortlived, "_FREEZE_REGISTERED", [])
     seen = []
     assert gc.isenabled()
     assert hookenv.run_hook("prolog", lambda: seen.append(gc.isenabled()) or 0) == 0
     assert hookenv.run_hook("prolog", lambda: 1 // 0) == 0           # fails open, collector back too
-    assert seen == [False] and gc.isenabled()
+    with shortlived.short_process():
+        assert hookenv.run_hook("prolog", lambda: seen.append(gc.isenabled()) or 0) == 0
+        seen.append(gc.isenabled())                                   # still off: the outer one decides
+    assert prolog.main(["--help"]) == 0                               # returns early, collector back
+    assert seen == [False, False, False] and gc.isenabled()
     assert registered == [gc.freeze]
