@@ -60,7 +60,6 @@ def _run(argv: Optional[Sequence[str]]) -> int:
 
 
 def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
-    from healthcheck.actions.cause import is_drain_finding
     from healthcheck.findings import without_timeout_drains
     from healthcheck.records import store
     from healthcheck.runner import BASELINE_READS, run_checks
@@ -87,7 +86,7 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         job_gpus, how = gres_to_nvml(gres, devices, minors)
     mine = set(job_gpus)
     judged = [f for f in report.findings if f.gpu is None or f.gpu in mine]
-    bad = [f for f in judged if is_drain_finding(f)]      # a timeout only when the config says so
+    bad = _drain_findings(judged)      # a timeout only when the config says so
     tool_problems = [f for f in judged if f.status == "error" and f.action != "drain"]
     for finding in tool_problems:
         print(f"slurm-gpu-prolog: {node}: {finding.check}: {finding.message}", file=sys.stderr)
@@ -151,6 +150,16 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         result["amended_jobs"] = [r["job_id"] for r in amended]
     _deliver_queued(config)
     return result
+
+
+def _drain_findings(judged) -> list:
+    """The judged findings that drain; a healthy job's prolog has none to judge and does not
+    load the Actions layer for them."""
+    if not judged:
+        return []
+    from healthcheck.actions.cause import is_drain_finding
+
+    return [f for f in judged if is_drain_finding(f)]
 
 
 def _deliver_queued(config) -> None:
