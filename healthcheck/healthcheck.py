@@ -12,16 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 from types import SimpleNamespace
 from typing import Optional, Sequence
 
 PROG = "slurm-gpu-healthcheck"
-
-
-class Watchdog(Exception):
-    """The whole run took longer than ``[health] deadline_s``."""
 
 
 def parse(argv: Optional[Sequence[str]]):
@@ -60,10 +55,6 @@ def _load_config(path: Optional[str]):
     sys.exit(2)
 
 
-def _on_alarm(signum, frame):
-    raise Watchdog()
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from .shortlived import short_process
 
@@ -80,6 +71,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         return 0
     from .config import node_name
     from .hookenv import journal
+    from .watchdog import Watchdog, kill_children, progress, whole_run
 
     try:
         node = node_name(args.node, os.environ)
@@ -90,23 +82,22 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         deadline = float(config.section("health")["deadline_s"])
     except (KeyError, TypeError, ValueError):
         deadline = 45.0
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, deadline)
     try:
-        result = _run(config, node, args.dry_run)
-    except Watchdog:
-        _kill_children()
-        print(f"{PROG}: {node}: the run took longer than {deadline:g} s ([health] deadline_s) and was stopped; "
-              "nothing drained, nothing committed: the next run starts over", file=sys.stderr)
-        journal(config, "healthcheck", node, None, result="watchdog")
+        with whole_run(deadline):
+            result = _run(config, node, args.dry_run)
+    except Watchdog as fired:
+        kill_children()
+        done = progress()
+        changed = ", ".join(f"{step} {state}" for step, state in sorted(done.items())) or "nothing drained"
+        print(f"{PROG}: {node}: the run took longer than {deadline:g} s ([health] deadline_s) and was stopped "
+              f"at {fired.where or 'an unknown step'}; {changed}, nothing committed: the next run decides again",
+              file=sys.stderr)
+        journal(config, "healthcheck", node, None, result="watchdog", at=fired.where, done=done)
         return 0
     except Exception as exc:  # noqa: BLE001 - the tool being broken is never the node being broken
         print(f"{PROG}: {node}: internal error, nothing done: {type(exc).__name__}: {exc}", file=sys.stderr)
         journal(config, "healthcheck", node, None, result="error", error=f"{type(exc).__name__}: {exc}")
         return 0
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=True))
     elif args.dry_run or sys.stdout.isatty():
@@ -115,26 +106,6 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         journal(config, "healthcheck", node, None, result=result.decision.kind, rule=result.decision.rule,
                 status=result.report.status, pending=len(result.tally.pending), committed=result.committed)
     return 0
-
-
-def _kill_children() -> None:
-    """The watchdog fired: end what this run started (a probe child stuck on the driver, a
-    Slurm command), so nothing of it outlives the run."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/children", encoding="ascii") as handle:
-                children = [int(pid) for pid in handle.read().split()]
-        except (OSError, ValueError):
-            continue
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 def _run(config, node: str, dry_run: bool):
