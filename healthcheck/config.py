@@ -145,6 +145,9 @@ _XID_ESCALATION: Dict[str, Any] = {
 # the kernel log, Slurm's commands) must each end well before it.
 HOOK_DEADLINE_S = 60.0
 HOOK_TIMEOUT_MAX_S = 30.0
+# The prolog's and epilog's whole-run watchdog: Slurm's PrologEpilogTimeout is the site's, and
+# unset slurmd waits forever (holding the job, or the node COMPLETING); no hook needs minutes.
+JOB_HOOK_DEADLINE_MAX_S = 300.0
 
 CONFIG_SCHEMA: Dict[str, Any] = {
     "paths": {
@@ -250,10 +253,14 @@ CONFIG_SCHEMA: Dict[str, Any] = {
                                          "job's user, for a GPU out-of-memory message (GPU_OOM)"),
         "job_output_tail_kib": Field(int, minimum=1, maximum=1024),
         "job_output_timeout_s": Field(float, minimum=0.1, maximum=10),
+        "epilog_deadline_s": Field(float, minimum=1, maximum=JOB_HOOK_DEADLINE_MAX_S,
+                                   doc="seconds, below Slurm's PrologEpilogTimeout"),
     },
     "prolog": {
         "on_tool_error": Field(str, choices=("pass", "fail")),
         "gpu_devices": Field(str, doc="directory of the nvidiaN device files (GRES index -> NVML index)"),
+        "deadline_s": Field(float, minimum=1, maximum=JOB_HOOK_DEADLINE_MAX_S,
+                            doc="seconds, below Slurm's PrologEpilogTimeout"),
     },
 }
 

@@ -62,9 +62,12 @@ def deliver_in_background(config: Config) -> bool:
     env = dict(os.environ)
     if config.path:
         env["SLURM_GPU_HOOKS_CONFIG"] = config.path
-    subprocess.Popen([sys.executable, "-m", "slurm_hooks.delivery"], env=env, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                     close_fds=True, cwd="/")
+    started = subprocess.Popen([sys.executable, "-m", "slurm_hooks.delivery"], env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                               close_fds=True, cwd="/")
+    from healthcheck.watchdog import detached
+
+    detached(started.pid)                 # meant to outlive the hook: a watchdog spares it
     return True
 
 

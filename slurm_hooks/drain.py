@@ -126,6 +126,7 @@ def _undone_over_budget(config, backend, node: str, decision) -> bool:
     from healthcheck.health.budget import keeps_its_drain
     from healthcheck.health.run import BUDGET_SETTLE_S
     from healthcheck.slurm import SlurmError
+    from healthcheck.watchdog import note
 
     policy = _budget_policy(config, decision)
     if policy is None:
@@ -135,6 +136,7 @@ def _undone_over_budget(config, backend, node: str, decision) -> bool:
         if keeps_its_drain(backend.nodes(), node, policy, time.time()):
             return False
         backend.resume(node)
+        note("drain", "undone")             # the prolog's watchdog: the job may run after all
     except SlurmError as exc:
         print(f"slurm-gpu: {node}: drain budget not re-checked after the drain: {exc}", file=sys.stderr)
         return False

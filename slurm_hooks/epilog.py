@@ -55,11 +55,26 @@ def _run(argv: Optional[Sequence[str]]) -> int:
         return 0
     hook, node = hook_identity(os.environ)
     job_id = os.environ.get("SLURM_JOB_ID")
+    from healthcheck.watchdog import Watchdog, kill_children, progress, whole_run
+
+    deadline = float(config.section("records")["epilog_deadline_s"])
     try:
-        if hook == "epilog_slurmctld":
-            result = run_epilog_slurmctld(config, os.environ)
-        else:
-            result = run_epilog(config, node, os.environ)
+        with whole_run(deadline):
+            if hook == "epilog_slurmctld":
+                result = run_epilog_slurmctld(config, os.environ)
+            else:
+                result = run_epilog(config, node, os.environ)
+    except Watchdog as fired:
+        # Whatever was written (the record, the queued entry, a drain) stays; the rest is not done.
+        kill_children()
+        done = progress()
+        kept = ", ".join(f"{step} {state}" for step, state in sorted(done.items())) or "nothing written yet"
+        print(f"slurm-gpu-{hook}: {node}: job {job_id}: the run took longer than {deadline:g} s ([records] "
+              f"epilog_deadline_s) and was stopped at {fired.where or 'an unknown step'}; kept: {kept}",
+              file=sys.stderr)
+        journal(config, hook, node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
+                result="watchdog", at=fired.where, done=done)
+        return 0
     except Exception as exc:  # noqa: BLE001 - the tool being broken never fails the node
         print(f"slurm-gpu-{hook}: internal error, job {job_id} not classified: {type(exc).__name__}: {exc}",
               file=sys.stderr)
@@ -106,6 +121,7 @@ def _queue_and_deliver(config, job_id: str, entry: Dict[str, Any], backend) -> s
 
     try:
         outbox.enqueue(config.state_dir, job_id, entry)
+        _note("entry", "queued")
     except OSError as exc:
         # Nowhere to keep it (a full or read-only state dir): said, and the record says the class.
         print(f"slurm-gpu-epilog: job {job_id}: accounting entry not queued: {exc}", file=sys.stderr)
@@ -143,6 +159,7 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
     if problem:
         record["problem"] = problem
     store.write_record(config.state_dir, record)
+    _note("record", "written")
     delivery = "off"
     if config.section("records")["accounting"]:
         delivery = _queue_and_deliver(config, job_id, store.entry_for(record), backend)
@@ -218,6 +235,7 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     out: Dict[str, Any] = {"result": "classified", "class": result.cls}
     try:
         store.write_record(config.state_dir, record)
+        _note("record", "written")
         store.note_ending(config.state_dir, node, job_id, now)
     except OSError as exc:
         # A full or read-only state dir loses the record (and the queued entry below says so
@@ -235,6 +253,12 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
 
         deliver_in_background(config)          # anything an earlier run left queued
     return out
+
+
+def _note(step: str, state: str) -> None:
+    from healthcheck.watchdog import note
+
+    note(step, state)
 
 
 def _has_something_to_say(result) -> bool:

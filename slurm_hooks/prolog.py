@@ -45,8 +45,15 @@ def _run(argv: Optional[Sequence[str]]) -> int:
         return 0
     node = node_name(None, os.environ)
     job_id = os.environ.get("SLURM_JOB_ID")
+    from healthcheck.watchdog import Watchdog, kill_children, whole_run
+
+    deadline = float(config.section("prolog")["deadline_s"])
     try:
-        result = run_prolog(config, node, os.environ)
+        with whole_run(deadline):
+            result = run_prolog(config, node, os.environ)
+    except Watchdog as fired:
+        kill_children()
+        return _stopped_by_watchdog(config, node, job_id, deadline, fired.where)
     except Exception as exc:  # noqa: BLE001 - the tool being broken is not the node being broken
         fail = config.section("prolog")["on_tool_error"] == "fail"
         print(f"slurm-gpu-prolog: internal error on {node}, job {job_id} "
@@ -57,6 +64,27 @@ def _run(argv: Optional[Sequence[str]]) -> int:
     journal(config, "prolog", node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
             gpus=os.environ.get("SLURM_JOB_GPUS"), **result)
     return 1 if result["result"] == "bad-node" else 0
+
+
+def _stopped_by_watchdog(config, node: str, job_id: Optional[str], deadline: float, where: str) -> int:
+    """The run passed ``[prolog] deadline_s``. A drain already under way (applied, or in flight:
+    scontrol may have taken it) means the checks found the node bad: the job must not start
+    there, exit 1 as the run would have. Otherwise the job runs unchecked (``on_tool_error``)."""
+    from healthcheck.hookenv import journal
+    from healthcheck.watchdog import progress
+
+    done = progress()
+    drain = done.get("drain") if done.get("drain") != "undone" else None   # the budget undid it: may run
+    fail = drain is not None or config.section("prolog")["on_tool_error"] == "fail"
+    if drain is not None:
+        outcome = f"stopped: the node's drain was {drain} before that"
+    else:
+        outcome = "stopped unchecked" if fail else "runs unchecked"
+    print(f"slurm-gpu-prolog: {node}: job {job_id}: the run took longer than {deadline:g} s ([prolog] "
+          f"deadline_s) and was stopped at {where or 'an unknown step'}; the job {outcome}", file=sys.stderr)
+    journal(config, "prolog", node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
+            gpus=os.environ.get("SLURM_JOB_GPUS"), result="watchdog", at=where, done=done, exit=1 if fail else 0)
+    return 1 if fail else 0
 
 
 def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
@@ -124,6 +152,7 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         return result
 
     from healthcheck.records.late import amend_recent_jobs
+    from healthcheck.watchdog import note
 
     from .delivery import backend_for
     from .drain import BUDGET_RULE, drain_or_refuse
@@ -132,6 +161,7 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     result.update(result="bad-node", findings=[f"{f.check} {f.message}" for f in bad])
     drained, rule = drain_or_refuse(config, backend_for(config), node, bad, [])
     if drained:
+        note("drain", "applied")           # ours already (another hook's drain): the job stays stopped
         result["drained"] = drained
     elif rule == BUDGET_RULE:
         # A non-zero exit would drain the node anyway ("Prolog error"): the budget, a circuit

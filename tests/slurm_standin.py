@@ -6,7 +6,8 @@ It keeps one node's line (captured from the lab: tests/fixtures/slurm) in ``node
 ``calls.jsonl``. The file ``mode`` says how Slurm behaves: ``up``; ``down`` (slurmctld and
 slurmdbd do not answer: the real commands' error lines, exit 1); ``slow`` (every call sleeps
 far past any hook deadline). ``set_lag`` makes ``scontrol show node`` answer late (a busy
-slurmctld), which widens any read-then-drain race between hooks. This proves argument building and the hooks' handling of a failing
+slurmctld), which widens any read-then-drain race between hooks. ``set_hang`` makes one command
+do its work and then never answer (slurmctld took the drain, the reply was lost). This proves argument building and the hooks' handling of a failing
 or slow Slurm; the lab tests prove the hooks against the real one.
 """
 from __future__ import annotations
@@ -67,6 +68,12 @@ with open(os.path.join(here, "node.lock"), "w") as lock:
     else:
         print(f"{{name}}: the stand-in does not serve {{args}}", file=sys.stderr)
         sys.exit(1)
+hang = os.path.join(here, "hang")
+if os.path.exists(hang):
+    with open(hang) as handle:
+        prefix = json.load(handle)
+    if [name, *args][:len(prefix)] == prefix:
+        time.sleep(3600)              # done, but the answer never comes
 '''
 
 
@@ -94,6 +101,11 @@ class SlurmStandIn:
     def set_lag(self, seconds: float) -> None:
         """``scontrol show node`` answers only after ``seconds`` (a busy slurmctld)."""
         self._write("lag", f"{seconds}\n")
+
+    def set_hang(self, *prefix: str) -> None:
+        """A call whose argv starts with ``prefix`` (e.g. ``scontrol update``) does its work,
+        then never answers."""
+        self._write("hang", json.dumps(list(prefix)))
 
     def calls(self, command: str = "") -> list:
         path = os.path.join(self.dir, "calls.jsonl")

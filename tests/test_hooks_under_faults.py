@@ -58,6 +58,7 @@ gpu_model = "H100"
 nvlinks_per_gpu = 18
 [records]
 delivery = "inline"
+{{records}}
 [slurm]
 bin_dir = "{self.slurm.dir}"
 timeout_s = {{slurm_timeout_s}}
@@ -66,8 +67,8 @@ timeout_s = {{slurm_timeout_s}}
         self.inject("gpu.0.state=ok")           # the simulated node exists before any fault
 
     def write_config(self, extra: str = "", health: str = "", probe_timeout_s: float = 2.0,
-                     slurm_timeout_s: float = 2.0) -> None:
-        base = self.base.replace("{probe_timeout_s}", str(probe_timeout_s))
+                     slurm_timeout_s: float = 2.0, records: str = "") -> None:
+        base = self.base.replace("{probe_timeout_s}", str(probe_timeout_s)).replace("{records}", records)
         with open(self.config, "w") as handle:
             handle.write(base.replace("{slurm_timeout_s}", str(slurm_timeout_s)) + f"[health]\nsyslog = false\ndeadline_s = 40\n{health}\n{extra}\n")
 
@@ -409,6 +410,76 @@ def test_sigterm_in_the_middle_of_a_run_leaves_no_child_and_no_partial_file(node
             for line in data.decode().splitlines() if name.endswith(".jsonl") else [data.decode()]:
                 json.loads(line)
     assert {k: v for k, v in after.items() if k in before} == {k: v for k, v in before.items() if k in after}
+
+
+# -- a whole run longer than the hook's deadline (the watchdog) -------------------------------------
+
+def _no_partial_file(node) -> None:
+    for name, data in node.state_files().items():
+        assert not name.endswith(".tmp"), name
+        if name.endswith(".json"):
+            json.loads(data)
+
+
+@pytest.mark.parametrize("on_tool_error,code,says", [("pass", 0, "the job runs unchecked"),
+                                                     ("fail", 1, "the job stopped unchecked")])
+def test_a_prolog_past_its_deadline_ends_there_per_on_tool_error_and_leaves_no_child(node, on_tool_error, code,
+                                                                                      says):
+    """Each step is within its own limit (the probe's 30 s), the whole run is not: the watchdog
+    ends it at [prolog] deadline_s, before slurmd would kill it and drain the node."""
+    node.write_config(probe_timeout_s=30, extra=f'[prolog]\ndeadline_s = 2\non_tool_error = "{on_tool_error}"')
+    node.inject("node.nvml=hang")
+    done = node.run("prolog")
+    no_traceback(done)
+    assert done.returncode == code, done.stderr
+    assert "took longer than 2 s ([prolog] deadline_s)" in done.stderr and says in done.stderr, done.stderr
+    [entry] = node.journal()
+    assert entry["result"] == "watchdog" and entry["done"] == {}, entry
+    assert node.slurm.drains() == []
+    assert node.no_orphans() == [], "the NVML child outlived the prolog's watchdog"
+    _no_partial_file(node)
+
+
+def test_a_prolog_whose_drain_slurm_took_keeps_the_job_stopped_when_its_deadline_passes(node):
+    """scontrol applied our drain but its answer never came: the watchdog ends the run, and the
+    job must not start on the node we drained (exit 1, whatever on_tool_error says)."""
+    node.write_config(slurm_timeout_s=30, extra="[prolog]\ndeadline_s = 10")
+    node.inject("gpu.3.state=lost")
+    node.slurm.set_hang("scontrol", "update")
+    done = node.run("prolog")
+    no_traceback(done)
+    assert done.returncode == 1, done.stderr
+    assert "took longer than 10 s" in done.stderr and "the node's drain was applying" in done.stderr, done.stderr
+    [reason] = node.slurm.drains()
+    assert reason.startswith("gpu-hooks: v1 gpu.lost gpu3; ") and reason in node.slurm.node_line()
+    [entry] = node.journal()
+    assert entry["result"] == "watchdog" and entry["done"] == {"drain": "applying"}, entry
+    assert node.no_orphans() == [], "the hung scontrol outlived the prolog's watchdog"
+    _no_partial_file(node)
+
+
+def test_an_epilog_past_its_deadline_keeps_its_record_drain_and_queued_entry(node):
+    """The epilog recorded the job, drained the node and queued the entry; delivering it hangs
+    (sacct never answers): the watchdog ends the run, exit 0, and all of that stays."""
+    from healthcheck.records import store
+
+    node.write_config(slurm_timeout_s=30, records="epilog_deadline_s = 10")
+    node.inject("gpu.3.state=lost")
+    node.slurm.set_hang("sacct")
+    done = node.run("epilog")
+    no_traceback(done)
+    assert done.returncode == 0, done.stderr
+    assert "took longer than 10 s ([records] epilog_deadline_s)" in done.stderr, done.stderr
+    assert "kept: drain applied, entry queued, record written" in done.stderr, done.stderr
+    assert store.read_record(node.state, "5", "gpu1")["class"] == "GPU_LOST"
+    [queued] = outbox.pending(node.state)["5"]
+    assert queued["entry"]["class"] == "GPU_LOST"
+    assert len(node.slurm.drains()) == 1 and node.slurm.drains()[0] in node.slurm.node_line()
+    [entry] = node.journal()
+    assert entry["result"] == "watchdog", entry
+    assert entry["done"] == {"drain": "applied", "entry": "queued", "record": "written"}, entry
+    assert node.no_orphans() == [], "the hung sacct outlived the epilog's watchdog"
+    _no_partial_file(node)
 
 
 # -- prolog, epilog and health check at the same time on one node -----------------------------------

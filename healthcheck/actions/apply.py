@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ..slurm.backend import SlurmBackend, SlurmError
+from ..watchdog import note
 from .decision import Decision
 
 
@@ -33,11 +34,16 @@ def apply(backend: SlurmBackend, decision: Decision, dry_run: bool = False) -> A
         return Applied(decision, argv, done=False, dry_run=dry_run)
     if dry_run:
         return Applied(decision, argv, done=False, dry_run=True)
+    # Said before the call: a watchdog that fires while scontrol runs cannot know whether Slurm
+    # took the change, and the hook's exit must assume it did (healthcheck.watchdog).
+    note(decision.kind, "applying")
     try:
         if decision.kind == "drain":
             backend.drain(decision.node, decision.reason or "")
         else:
             backend.resume(decision.node)
     except SlurmError as exc:
+        note(decision.kind, "failed")
         return Applied(decision, argv, done=False, error=str(exc))
+    note(decision.kind, "applied")
     return Applied(decision, argv, done=True)
