@@ -297,9 +297,15 @@ def test_drained_lists_ours_and_others_with_evidence(lab, gpu, clean):
     lab.run("scontrol", "update", "nodename=gpu1", "state=drain", "reason=admin: PSU").check_returncode()
     sim(gpu, "inject", "gpu2", DBE)
     _drained(slurm, "gpu2")
-    listed = gpu("drained", "--json")
-    assert listed.returncode == 0, listed.stderr
-    rows = {row["node"]: row for row in json.loads(listed.stdout)}
+
+    def listed_with_evidence():
+        # The health check writes its evidence record just after the drain shows in Slurm.
+        listed = gpu("drained", "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows = {row["node"]: row for row in json.loads(listed.stdout)}
+        return rows if (rows.get("gpu2") or {}).get("evidence") else None
+
+    rows = wait_for("gpu2's evidence in `slurm-gpu drained`", listed_with_evidence)
     assert set(rows) == {"gpu1", "gpu2"}
     assert rows["gpu1"]["ours"] is False and rows["gpu1"]["set_by"] == "root" and rows["gpu1"]["evidence"] is None
     assert rows["gpu2"]["ours"] is True and rows["gpu2"]["evidence"][0]["check"] == "gpu.ecc.uncorrectable"
