@@ -157,8 +157,25 @@ def _baseline_gpus(lab, job: str, node: str):
     return baseline.get("gpus") if baseline else None
 
 
+@pytest.fixture
+def prolog_sees_it_first(lab):
+    """The lab's health check runs every 10 s on every node and drains a lost GPU at once; when it
+    ran between a test's inject and its job's start, the node was drained before the prolog ran and
+    the job stayed pending (seen as reruns). While a test proves the prolog, the health check needs
+    a lost GPU on many runs before it drains; the hooks read the config at every run."""
+    with open(lab.paths.hooks_config, encoding="utf-8") as handle:
+        original = handle.read()
+    with open(lab.paths.hooks_config, "w", encoding="utf-8") as handle:
+        handle.write(original + '\n[health.confirm]\n"gpu.lost" = 100000\n')
+    try:
+        yield
+    finally:
+        with open(lab.paths.hooks_config, "w", encoding="utf-8") as handle:
+            handle.write(original)
+
+
 @pytest.mark.parametrize("requeue", [False, True], ids=["cancelled", "requeued-held"])
-def test_prolog_keeps_the_job_off_a_bad_gpu_and_drains_with_our_reason(lab, requeue):
+def test_prolog_keeps_the_job_off_a_bad_gpu_and_drains_with_our_reason(lab, requeue, prolog_sees_it_first):
     inject(lab, "gpu3", "gpu.5.state=lost")
     try:
         job = submit(lab, "-w", "gpu3", "--gres=gpu:8", "--requeue" if requeue else "--no-requeue",
@@ -176,7 +193,7 @@ def test_prolog_keeps_the_job_off_a_bad_gpu_and_drains_with_our_reason(lab, requ
         mend(lab, "gpu3")
 
 
-def test_a_fault_on_a_gpu_the_job_was_not_given_does_not_block_it(lab):
+def test_a_fault_on_a_gpu_the_job_was_not_given_does_not_block_it(lab, prolog_sees_it_first):
     inject(lab, "gpu3", "gpu.7.state=lost")
     try:
         job = submit(lab, "-w", "gpu3", "--gres=gpu:1", "--wrap", "true")
@@ -218,7 +235,7 @@ def test_entries_written_while_slurmdbd_is_down_reach_accounting_when_it_returns
     assert ac.parse(admin_comment(lab, jobs[1]))[0]["class"] == "COMPLETED"
 
 
-def test_gres_index_maps_to_nvml_index_through_minor_numbers(lab):
+def test_gres_index_maps_to_nvml_index_through_minor_numbers(lab, prolog_sees_it_first):
     """gpu3's driver numbered its devices against PCI order: NVML GPU i is /dev/nvidia(7-i).
     The job's GRES index 0 (Slurm's first device file, nvidia0) is then NVML GPU 7."""
     reversed_minors = [f"gpu.{i}.minor_number={7 - i}" for i in range(8)]
