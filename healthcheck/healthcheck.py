@@ -71,7 +71,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         return 0
     from .config import node_name
     from .hookenv import journal
-    from .watchdog import Watchdog, kill_children, progress, whole_run
+    from .watchdog import Watchdog, done_so_far, kill_children, progress, whole_run
 
     try:
         node = node_name(args.node, os.environ)
@@ -87,8 +87,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             result = _run(config, node, args.dry_run)
     except Watchdog as fired:
         kill_children()
-        done = progress()
-        changed = ", ".join(f"{step} {state}" for step, state in sorted(done.items())) or "nothing drained"
+        done, changed = progress(), done_so_far("nothing drained")
         print(f"{PROG}: {node}: the run took longer than {deadline:g} s ([health] deadline_s) and was stopped "
               f"at {fired.where or 'an unknown step'}; {changed}, nothing committed: the next run decides again",
               file=sys.stderr)

@@ -65,6 +65,12 @@ def progress() -> Dict[str, str]:
     return dict(_progress)
 
 
+def done_so_far(nothing: str) -> str:
+    """``progress()`` as one phrase for the watchdog's line ("drain applied, record written"),
+    or ``nothing`` when the run had noted nothing."""
+    return ", ".join(f"{step} {state}" for step, state in sorted(_progress.items())) or nothing
+
+
 def detached(pid: int) -> None:
     """``pid`` is meant to outlive this hook (the background delivery): never killed here."""
     _detached.add(pid)

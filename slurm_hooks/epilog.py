@@ -55,7 +55,7 @@ def _run(argv: Optional[Sequence[str]]) -> int:
         return 0
     hook, node = hook_identity(os.environ)
     job_id = os.environ.get("SLURM_JOB_ID")
-    from healthcheck.watchdog import Watchdog, kill_children, progress, whole_run
+    from healthcheck.watchdog import Watchdog, done_so_far, kill_children, progress, whole_run
 
     deadline = float(config.section("records")["epilog_deadline_s"])
     try:
@@ -67,8 +67,7 @@ def _run(argv: Optional[Sequence[str]]) -> int:
     except Watchdog as fired:
         # Whatever was written (the record, the queued entry, a drain) stays; the rest is not done.
         kill_children()
-        done = progress()
-        kept = ", ".join(f"{step} {state}" for step, state in sorted(done.items())) or "nothing written yet"
+        done, kept = progress(), done_so_far("nothing written yet")
         print(f"slurm-gpu-{hook}: {node}: job {job_id}: the run took longer than {deadline:g} s ([records] "
               f"epilog_deadline_s) and was stopped at {fired.where or 'an unknown step'}; kept: {kept}",
               file=sys.stderr)

@@ -16,7 +16,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 Emit = Callable[[Any], None]
 
@@ -53,21 +53,12 @@ class ChildProbe:
 
     def start(self) -> "ChildProbe":
         self._started = time.monotonic()
-        try:
-            read_fd, write_fd = os.pipe()
-        except OSError as exc:
-            self._outcome = Outcome(error=f"cannot start the probe process: {exc.strerror or exc}")
+        forked = _fork_with_pipe()
+        if isinstance(forked, str):
+            self._outcome = Outcome(error=forked)
             return self
-        parent = os.getpid()
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            os.close(read_fd)
-            os.close(write_fd)
-            self._outcome = Outcome(error=f"cannot start the probe process: {exc.strerror or exc}")
-            return self
+        pid, read_fd, write_fd = forked
         if pid == 0:  # pragma: no cover - runs in the child, which leaves through os._exit
-            _die_with_parent(parent)
             _child_main(self.target, read_fd, write_fd)
         os.close(write_fd)
         self.pid, self._read_fd = pid, read_fd
@@ -140,19 +131,11 @@ def run_raw_with_deadline(target: Callable[[int], None], timeout_s: float, max_b
     sends is never unpickled, only parsed by the caller as data."""
     started = time.monotonic()
     deadline = started + float(timeout_s)
-    try:
-        read_fd, write_fd = os.pipe()
-    except OSError as exc:
-        return RawOutcome(error=f"cannot start the probe process: {exc.strerror or exc}")
-    parent = os.getpid()
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
-        return RawOutcome(error=f"cannot start the probe process: {exc.strerror or exc}")
+    forked = _fork_with_pipe()
+    if isinstance(forked, str):
+        return RawOutcome(error=forked)
+    pid, read_fd, write_fd = forked
     if pid == 0:  # pragma: no cover - runs in the child, which leaves through os._exit
-        _die_with_parent(parent)
         status = 0
         try:
             os.close(read_fd)
@@ -189,6 +172,25 @@ def run_raw_with_deadline(target: Callable[[int], None], timeout_s: float, max_b
     outcome.data = bytes(buffer)
     outcome.elapsed_s = time.monotonic() - started
     return outcome
+
+
+def _fork_with_pipe() -> Union[Tuple[int, int, int], str]:
+    """``(pid, read_fd, write_fd)`` on both sides of a fork (pid 0 in the child, which dies with
+    its parent), or why no child could be started."""
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError as exc:
+        return f"cannot start the probe process: {exc.strerror or exc}"
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        return f"cannot start the probe process: {exc.strerror or exc}"
+    if pid == 0:  # pragma: no cover - child only
+        _die_with_parent(parent)
+    return pid, read_fd, write_fd
 
 
 # -- child side ------------------------------------------------------------------------------
