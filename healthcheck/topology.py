@@ -49,6 +49,14 @@ def _read(path: str, cap: int = INFO_CAP) -> Optional[str]:
         return None
 
 
+def _names(directory: str) -> List[str]:
+    """The entries of ``directory``, sorted; none where it cannot be listed (no such driver, no HCA)."""
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
+
+
 def _numa(device_dir: str) -> Optional[int]:
     text = (_read(os.path.join(device_dir, "numa_node"), 64) or "").strip()
     try:
@@ -83,12 +91,8 @@ def parse_minor(text: str) -> Optional[int]:
 def gpu_places(sysfs_root: str, proc_root: str) -> Dict[int, GpuPlace]:
     """Every GPU the driver lists, by device minor number."""
     base = os.path.join(proc_root, "driver", "nvidia", "gpus")
-    try:
-        addresses = sorted(os.listdir(base))
-    except OSError:
-        return {}
     out: Dict[int, GpuPlace] = {}
-    for address in addresses:
+    for address in _names(base):
         minor = parse_minor(_read(os.path.join(base, address, "information")) or "")
         if minor is None:
             continue
@@ -100,22 +104,12 @@ def gpu_places(sysfs_root: str, proc_root: str) -> Dict[int, GpuPlace]:
 
 def hca_places(sysfs_root: str) -> Dict[str, HcaPlace]:
     base = os.path.join(sysfs_root, "class", "infiniband")
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return {}
     out: Dict[str, HcaPlace] = {}
-    for hca in names:
+    for hca in _names(base):
         device = os.path.join(base, hca, "device")
-        place = pci_place(sysfs_root, device)
-        netdevs: Dict[str, str] = {}
-        try:
-            interfaces = sorted(os.listdir(os.path.join(device, "net")))
-        except OSError:
-            interfaces = []
-        for name in interfaces:
-            netdevs[name] = (_read(os.path.join(device, "net", name, "operstate"), 64) or "").strip()
-        out[hca] = HcaPlace(hca=hca, place=place, netdevs=netdevs)
+        netdevs = {name: (_read(os.path.join(device, "net", name, "operstate"), 64) or "").strip()
+                   for name in _names(os.path.join(device, "net"))}
+        out[hca] = HcaPlace(hca=hca, place=pci_place(sysfs_root, device), netdevs=netdevs)
     return out
 
 
