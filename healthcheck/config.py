@@ -249,6 +249,10 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "verify_delay_s": _NUMBER,
         "verify_jitter_s": _NUMBER,
         "deliver_max_jobs": Field(int, minimum=1),
+        "outbox_backoff_max_s": Field(float, minimum=30, maximum=86400,
+                                      doc="longest wait between tries of an undelivered entry"),
+        "outbox_expire_s": Field(float, minimum=3600, maximum=90 * 86400,
+                                 doc="age at which a queued entry is dropped (said, its record kept)"),
         "gpu_oom_from_job_output": Field(bool, doc="read the tail of a FAILED job's StdErr/StdOut, as the "
                                          "job's user, for a GPU out-of-memory message (GPU_OOM)"),
         "job_output_tail_kib": Field(int, minimum=1, maximum=1024),

@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 from healthcheck.config import Config
-from healthcheck.records.outbox import AccountingError, DeliveryReport, DeliverySettings, deliver_pending, pending
+from healthcheck.records.outbox import (AccountingError, DeliveryReport, DeliverySettings, deliver_pending,
+                                        has_pending, requeue_missing, rescan_due)
 
 
 class SlurmAccounting:
@@ -51,13 +52,31 @@ def backend_for(config: Config):
 
 
 def deliver(config: Config, backend=None) -> DeliveryReport:
+    """Queue what records want but the queue lacks (``requeue_missing``), then deliver."""
     settings = DeliverySettings.from_section(config.section("records"))
+    requeue_missing(config.state_dir, settings.expire_s)
     return deliver_pending(config.state_dir, SlurmAccounting(backend or backend_for(config)), settings)
 
 
-def deliver_in_background(config: Config) -> bool:
-    """Start a detached delivery when something is queued; False when nothing needed it."""
-    if not pending(config.state_dir):
+def report_lines(report: DeliveryReport) -> List[str]:
+    """What a delivery run must say (stderr and the hook journal): never a silent loss."""
+    lines = []
+    if report.error:
+        lines.append(f"accounting unreachable, {len(report.waiting)} job(s) stay queued: {report.error}")
+    if report.expired:
+        lines.append(f"{len(report.expired)} job(s)' entries dropped from the queue, older than [records] "
+                     f"outbox_expire_s (their records stay in the state dir): {' '.join(report.expired[:20])}"
+                     + (" ..." if len(report.expired) > 20 else ""))
+    if report.set_aside:
+        lines.append(f"{len(report.set_aside)} malformed queue file(s) moved aside as .corrupt: "
+                     f"{' '.join(report.set_aside[:20])}" + (" ..." if len(report.set_aside) > 20 else ""))
+    return lines
+
+
+def deliver_in_background(config: Config, rescan: bool = False) -> bool:
+    """Start a detached delivery when something is queued (with ``rescan``, the epilog's, also when
+    a rescan of the records is due: ``requeue_missing``); False when nothing needed it."""
+    if not has_pending(config.state_dir) and not (rescan and rescan_due(config.state_dir)):
         return False
     env = dict(os.environ)
     if config.path:
@@ -78,9 +97,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if config is None:
         return 0
     report = deliver(config)
-    if report.error:
-        print(f"slurm-gpu-delivery: accounting unreachable, {len(report.waiting)} job(s) stay queued: "
-              f"{report.error}", file=sys.stderr)
+    for line in report_lines(report):
+        print(f"slurm-gpu-delivery: {line}", file=sys.stderr)
+    if report.expired or report.set_aside:
+        # Its stderr goes nowhere (detached): a loss is also said in the hook journal.
+        from healthcheck.config import node_name
+        from healthcheck.hookenv import journal
+
+        node = "slurmctld" if os.environ.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmctld" else node_name(None)
+        journal(config, "delivery", node, None, delivered=len(report.delivered), waiting=len(report.waiting),
+                deferred=report.deferred, expired=report.expired, set_aside=report.set_aside)
     return 0
 
 

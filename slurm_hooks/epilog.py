@@ -113,24 +113,30 @@ def _start_time(fields: Mapping[str, str]) -> Optional[float]:
         return None
 
 
-def _queue_and_deliver(config, job_id: str, entry: Dict[str, Any], backend) -> str:
+def _queue_and_deliver(config, record: Dict[str, Any], backend) -> str:
     from healthcheck.records import outbox
 
-    from .delivery import deliver, deliver_in_background
+    from .delivery import deliver, deliver_in_background, report_lines
 
+    job_id = record["job_id"]
     try:
-        outbox.enqueue(config.state_dir, job_id, entry)
+        outbox.queue_record(config.state_dir, record)
         _note("entry", "queued")
     except OSError as exc:
-        # Nowhere to keep it (a full or read-only state dir): said, and the record says the class.
-        print(f"slurm-gpu-epilog: job {job_id}: accounting entry not queued: {exc}", file=sys.stderr)
+        # Nowhere to keep it (a full or read-only state dir): said; the record on disk wants its
+        # entry (entry_wanted), so a later delivery queues it once space returns (requeue_missing).
+        print(f"slurm-gpu-epilog: job {job_id}: accounting entry not queued (queued later from the record): "
+              f"{exc}", file=sys.stderr)
         return f"not queued: {exc.strerror or exc}"
     if config.section("records")["delivery"] == "inline":
         report = deliver(config, backend)
+        for line in report_lines(report):
+            if not line.startswith("accounting unreachable"):
+                print(f"slurm-gpu-epilog: job {job_id}: delivery: {line}", file=sys.stderr)
         if report.error:
             return f"queued (accounting: {report.error})"
         return "delivered" if job_id in report.delivered else "queued"
-    deliver_in_background(config)
+    deliver_in_background(config, rescan=True)
     return "queued, delivering in background"
 
 
@@ -157,11 +163,13 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
     }
     if problem:
         record["problem"] = problem
+    if config.section("records")["accounting"]:
+        record["entry_wanted"] = True
     store.write_record(config.state_dir, record)
     _note("record", "written")
     delivery = "off"
     if config.section("records")["accounting"]:
-        delivery = _queue_and_deliver(config, job_id, store.entry_for(record), backend)
+        delivery = _queue_and_deliver(config, record, backend)
     return {"result": "classified", "class": result.cls, "accounting": delivery}
 
 
@@ -232,6 +240,9 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
             print(f"slurm-gpu-epilog: {node}: job {job_id}: output not read, no GPU OOM evidence: "
                   f"{job_output['problem']}", file=sys.stderr)
     out: Dict[str, Any] = {"result": "classified", "class": result.cls}
+    speaks = _has_something_to_say(result) if config.section("records")["node_entries"] == "evidence" else True
+    if config.section("records")["accounting"] and speaks:
+        record["entry_wanted"] = True
     try:
         store.write_record(config.state_dir, record)
         _note("record", "written")
@@ -244,13 +255,12 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     drain = _drain_if_bad(config, backend, node, report.findings, kernel["events"])
     if drain:
         out["drained"] = drain
-    speaks = _has_something_to_say(result) if config.section("records")["node_entries"] == "evidence" else True
-    if config.section("records")["accounting"] and speaks:
-        out["accounting"] = _queue_and_deliver(config, job_id, store.entry_for(record), backend)
+    if record.get("entry_wanted"):
+        out["accounting"] = _queue_and_deliver(config, record, backend)
     elif config.section("records")["accounting"]:
         from .delivery import deliver_in_background
 
-        deliver_in_background(config)          # anything an earlier run left queued
+        deliver_in_background(config, rescan=True)     # anything an earlier run left queued, or unqueued
     return out
 
 

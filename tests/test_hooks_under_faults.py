@@ -22,7 +22,7 @@ import uuid
 
 import pytest
 
-from healthcheck.records import outbox
+from healthcheck.records import outbox, store
 
 from .conftest import ROOT, SIM_PROFILES
 from .slurm_standin import SlurmStandIn
@@ -358,6 +358,22 @@ def test_a_full_or_read_only_state_dir_keeps_the_old_state_and_still_drains(node
     new_locks = [name for name in set(after) - set(before) if name.endswith(".lock") and after[name] == b""]
     assert {k: v for k, v in after.items() if k not in new_locks} == before, \
         "a file of the state dir changed, appeared or was left half-written"
+
+
+def test_an_entry_not_queued_on_a_full_disk_is_queued_from_its_record_when_space_returns(node):
+    node.inject("gpu.3.state=lost")
+    faults = {"enospc": [os.path.join(node.state, "outbox")]}
+    first = node.run("epilog", job="5", faults=faults)
+    no_traceback(first)
+    assert first.returncode == 0 and "accounting entry not queued (queued later from the record)" in first.stderr
+    assert store.read_record(node.state, "5", "gpu1")["entry_wanted"] is True
+    assert outbox.pending(node.state) == {}
+    # Space is back: the next epilog that delivers (inline here) queues job 5's entry from its record.
+    second = node.run("epilog", job="6")
+    no_traceback(second)
+    assert second.returncode == 0, second.stderr
+    queued = outbox.pending(node.state)
+    assert [item["entry"]["class"] for item in queued["5"]] == ["GPU_LOST"] and "6" in queued
 
 
 # -- slurmctld or slurmdbd down; scontrol slower than its deadline ---------------------------------

@@ -242,3 +242,111 @@ def test_a_queue_of_many_jobs_waits_to_verify_once_per_round(tmp_path):
     report = outbox.deliver_pending(state, acct, FAST, sleep=waits.append)
     assert sorted(report.delivered) == [str(job) for job in range(20, 30)]
     assert len(waits) == 1 and report.writes == 10 and outbox.pending(state) == {}
+
+
+# -- a malformed queue file, fairness, expiry (issue 24) ------------------------------------------
+
+class CountingAccounting(FakeAccounting):
+    def __init__(self, jobs=None):
+        super().__init__(jobs)
+        self.asked = []
+
+    def get_admin_comment(self, job_id):
+        self.asked.append(job_id)
+        return super().get_admin_comment(job_id)
+
+
+@pytest.mark.parametrize("bad", [
+    {"job_id": "40", "entry": {"node": "*", "class": "COMPLETED"}, "queued_at": "x"},
+    {"job_id": "40", "entry": "x", "queued_at": 1.0},
+    {"job_id": "40 -j 1,2,3", "entry": {"node": "*", "class": "COMPLETED"}, "queued_at": 1.0},
+    {"job_id": "--format=User", "entry": {"node": "*", "class": "COMPLETED"}, "queued_at": 1.0},
+    {"job_id": 40, "entry": {"node": "*", "class": "COMPLETED"}, "queued_at": 1.0},
+    {"entry": {"node": "*", "class": "COMPLETED"}, "queued_at": 1.0},
+])
+def test_a_malformed_queue_file_is_set_aside_with_one_line_and_never_stops_the_others(tmp_path, capsys, bad):
+    import json
+
+    state = str(tmp_path)
+    outbox.enqueue(state, "41", {"node": "*", "class": "COMPLETED"}, now=time.time() - 10)
+    path = os.path.join(outbox.outbox_dir(state), "40._job.json")
+    with open(path, "w") as handle:
+        json.dump(bad, handle)
+    outbox.enqueue(state, "42", {"node": "*", "class": "FAILED"})
+    acct = CountingAccounting({"41": "", "42": JS})
+    report = outbox.deliver_pending(state, acct, FAST)
+    assert sorted(report.delivered) == ["41", "42"] and report.set_aside == ["40._job.json"]
+    assert set(acct.asked) == {"41", "42"}, acct.asked           # nothing unchecked reaches sacct
+    assert not os.path.exists(path) and os.path.exists(path + ".corrupt")
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "40._job.json" in line]
+    assert "moved to" in line
+    assert outbox.pending(state) == {} and outbox.deliver_pending(state, acct, FAST).set_aside == []
+
+
+def test_undeliverable_entries_back_off_and_never_starve_the_ones_behind_them(tmp_path):
+    state = str(tmp_path)
+    t0 = 1_800_000_000.0
+    for task in range(60):                              # never in accounting: undeliverable
+        outbox.enqueue(state, f"{1000 + task}", {"node": "*", "class": "COMPLETED"}, now=t0 + task)
+    outbox.enqueue(state, "2000", {"node": "*", "class": "FAILED"}, now=t0 + 100)
+    acct = CountingAccounting({"2000": ""})
+    settings = outbox.DeliverySettings(attempts=1, verify_delay_s=0, jitter_s=0, max_jobs_per_run=50)
+    first = outbox.deliver_pending(state, acct, settings, sleep=lambda s: None, now=t0 + 200)
+    assert first.delivered == [] and len(first.waiting) == 50 and first.waiting[0] == "1000"   # oldest first
+    second = outbox.deliver_pending(state, acct, settings, sleep=lambda s: None, now=t0 + 201)
+    assert second.delivered == ["2000"] and second.deferred == 50 and len(second.waiting) == 10
+    assert "2000" not in outbox.pending(state)
+    # Each one is tried again once its back-off has passed (30 s, then twice as long).
+    third = outbox.deliver_pending(state, acct, settings, sleep=lambda s: None, now=t0 + 231)
+    assert third.waiting[:2] == ["1000", "1001"] and len(third.waiting) == 50 and third.deferred == 0
+    fourth = outbox.deliver_pending(state, acct, settings, sleep=lambda s: None, now=t0 + 232)
+    assert fourth.waiting[0] == "1050" and len(fourth.waiting) == 10 and fourth.deferred == 50
+    fifth = outbox.deliver_pending(state, acct, settings, sleep=lambda s: None, now=t0 + 280)
+    assert fifth.waiting == [] and fifth.deferred == 60            # 60 s after the second failure
+
+
+def test_a_replaced_entry_is_due_at_once_whatever_the_back_off_of_the_one_before(tmp_path):
+    state = str(tmp_path)
+    t0 = 1_800_000_000.0
+    outbox.enqueue(state, "50", {"node": "gpu1", "class": "FAILED"}, now=t0)
+    acct = CountingAccounting({})
+    assert outbox.deliver_pending(state, acct, FAST, sleep=lambda s: None, now=t0 + 1).waiting == ["50"]
+    outbox.enqueue(state, "50", {"node": "gpu1", "class": "GPU_LOST"}, now=t0 + 2)   # late evidence
+    acct.comments["50"] = ""
+    report = outbox.deliver_pending(state, acct, FAST, sleep=lambda s: None, now=t0 + 3)
+    assert report.delivered == ["50"] and ac.parse(acct.comments["50"])[0]["class"] == "GPU_LOST"
+
+
+def test_entries_queued_longer_than_expire_s_are_dropped_and_reported_records_kept(tmp_path):
+    state = str(tmp_path)
+    now = time.time()
+    store.write_record(state, {"job_id": "60", "node": "*", "class": "COMPLETED"})
+    outbox.enqueue(state, "60", {"node": "*", "class": "COMPLETED"}, now=now - 8 * 86400)
+    outbox.enqueue(state, "61", {"node": "*", "class": "COMPLETED"}, now=now - 6 * 86400)
+    acct = CountingAccounting({"61": ""})
+    report = outbox.deliver_pending(state, acct, outbox.DeliverySettings(verify_delay_s=0, jitter_s=0),
+                                    sleep=lambda s: None, now=now)
+    assert report.expired == ["60"] and report.delivered == ["61"] and "60" not in acct.asked
+    assert outbox.pending(state) == {} and store.read_record(state, "60", "*")["class"] == "COMPLETED"
+    from slurm_hooks.delivery import report_lines
+
+    [line] = report_lines(report)
+    assert "1 job(s)' entries dropped" in line and "outbox_expire_s" in line and "60" in line
+
+
+def test_records_that_want_an_entry_but_were_never_queued_are_queued_once(tmp_path):
+    state = str(tmp_path)
+    now = time.time()
+    wanted = {"job_id": "70", "node": "gpu1", "class": "GPU_LOST", "cause": {"gpu": 3}, "ended_at": now,
+              "entry_wanted": True}
+    store.write_record(state, wanted)                                     # its queueing failed
+    store.write_record(state, {"job_id": "71", "node": "gpu1", "class": "COMPLETED", "ended_at": now})
+    done = dict(wanted, job_id="72")
+    store.write_record(state, done)
+    outbox.queue_record(state, done)
+    outbox.deliver_pending(state, FakeAccounting({"72": ""}), FAST)        # delivered, queue file gone
+    assert outbox.requeue_missing(state, 86400, now=now + 1) == ["70"]
+    [item] = outbox.pending(state)["70"]
+    assert item["entry"] == {"node": "gpu1", "class": "GPU_LOST", "gpu": 3}
+    assert list(outbox.pending(state)) == ["70"]
+    assert outbox.requeue_missing(state, 86400, now=now + 2) == []        # marked: not again

@@ -50,9 +50,11 @@ def amend_recent_jobs(state_dir: str, node: str, evidence: Iterable[Dict[str, An
             continue
         record.update({"class": cls, "cause": cause, "evidence": everything, "amended_at": now,
                        "amended_from": record.get("class")})
+        if queue:
+            record["entry_wanted"] = True
         store.write_record(state_dir, record)
         if queue:
-            outbox.enqueue(state_dir, record["job_id"], store.entry_for(record), now=now)
+            outbox.queue_record(state_dir, record, now=now)
         amended.append(record)
     return amended
 

@@ -15,14 +15,17 @@ which then writes again with both.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from .. import fsutil
 from . import admin_comment
+from . import store
 from .store import JOB_LEVEL, job_id_ok
 
 OUTBOX_DIR = "outbox"
@@ -46,13 +49,18 @@ class DeliverySettings:
     jitter_s: float = 1.0
     max_jobs_per_run: int = 50
     lock_wait_s: float = 30.0
+    expire_s: float = 7 * 86400.0       # [records] outbox_expire_s
+    backoff_s: float = 30.0             # the first retry of an undelivered entry; doubling from there
+    backoff_max_s: float = 3600.0       # [records] outbox_backoff_max_s
 
     @classmethod
     def from_section(cls, section: Dict[str, Any]) -> "DeliverySettings":
         return cls(attempts=int(section.get("write_attempts", cls.attempts)),
                    verify_delay_s=float(section.get("verify_delay_s", cls.verify_delay_s)),
                    jitter_s=float(section.get("verify_jitter_s", cls.jitter_s)),
-                   max_jobs_per_run=int(section.get("deliver_max_jobs", cls.max_jobs_per_run)))
+                   max_jobs_per_run=int(section.get("deliver_max_jobs", cls.max_jobs_per_run)),
+                   expire_s=float(section.get("outbox_expire_s", cls.expire_s)),
+                   backoff_max_s=float(section.get("outbox_backoff_max_s", cls.backoff_max_s)))
 
 
 @dataclass
@@ -111,6 +119,14 @@ def write_jobs(accounting: Accounting, jobs: Dict[str, List[Dict[str, Any]]], se
 
 # -- the queue ---------------------------------------------------------------------------------
 
+RETRY_FILE = ".retry.json"
+RESCAN_FILE = ".rescanned.json"
+# How far back a rescan looks before its last one (a record being written while it ran).
+RESCAN_SLACK_S = 120.0
+# A hook starts a delivery for the rescan alone when the last one is older than this.
+RESCAN_EVERY_S = 300.0
+
+
 def outbox_dir(state_dir: str) -> str:
     return os.path.join(state_dir, OUTBOX_DIR)
 
@@ -129,8 +145,40 @@ def enqueue(state_dir: str, job_id: str, entry: Dict[str, Any], now: Optional[fl
     return path
 
 
-def pending(state_dir: str) -> Dict[str, List[Dict[str, Any]]]:
-    """Queued items by job id, oldest job first."""
+def item_problem(data: Dict[str, Any]) -> Optional[str]:
+    """What makes a queue file unusable (it is then set aside, ``fsutil.set_aside``), or None.
+    A ``job_id`` is checked here, before it can reach ``sacct -j`` or ``sacctmgr``."""
+    try:
+        job_id_ok(str(data.get("job_id")))
+    except ValueError as exc:
+        return f"job_id: {exc}"
+    if not isinstance(data.get("job_id"), str):
+        return "job_id is not a string"
+    entry = data.get("entry")
+    if not isinstance(entry, dict) or not isinstance(entry.get("class"), str) or "node" not in entry:
+        return "entry is not an object with a node and a class"
+    queued_at = data.get("queued_at")
+    if isinstance(queued_at, bool) or not isinstance(queued_at, (int, float)) or not math.isfinite(queued_at):
+        return "queued_at is not a number"
+    return None
+
+
+def has_pending(state_dir: str) -> bool:
+    """Anything queued at all (names only: cheap enough for a hook's critical path)."""
+    try:
+        return any(_is_queue_file(name) for name in os.listdir(outbox_dir(state_dir)))
+    except OSError:
+        return False
+
+
+def _is_queue_file(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(".")
+
+
+def pending(state_dir: str, set_aside: Optional[List[str]] = None) -> Dict[str, List[Dict[str, Any]]]:
+    """Queued items by job id, oldest job first. A malformed queue file is set aside as
+    ``<file>.corrupt`` with one line on stderr (``item_problem``; its name appended to
+    ``set_aside``) and never stops the others."""
     directory = outbox_dir(state_dir)
     try:
         names = sorted(os.listdir(directory))
@@ -138,15 +186,17 @@ def pending(state_dir: str) -> Dict[str, List[Dict[str, Any]]]:
         return {}
     items: Dict[str, List[Dict[str, Any]]] = {}
     for name in names:
-        if not name.endswith(".json") or name.startswith("."):
+        if not _is_queue_file(name):
             continue
         path = os.path.join(directory, name)
-        data = fsutil.read_state_json(path)
-        if data is None or not isinstance(data.get("entry"), dict) or "job_id" not in data:
+        data = fsutil.read_state_json(path, item_problem)
+        if data is None:
+            if set_aside is not None and not os.path.lexists(path) and os.path.lexists(path + fsutil.CORRUPT_SUFFIX):
+                set_aside.append(name)
             continue
         data["path"] = path
-        items.setdefault(str(data["job_id"]), []).append(data)
-    return dict(sorted(items.items(), key=lambda kv: min(i.get("queued_at", 0) for i in kv[1])))
+        items.setdefault(data["job_id"], []).append(data)
+    return dict(sorted(items.items(), key=lambda kv: (min(i["queued_at"] for i in kv[1]), kv[0])))
 
 
 @dataclass
@@ -155,12 +205,34 @@ class DeliveryReport:
     waiting: List[str]
     error: str = ""
     writes: int = 0
+    deferred: int = 0                                          # backing off: not tried this run
+    expired: List[str] = field(default_factory=list)          # older than expire_s: given up, said
+    set_aside: List[str] = field(default_factory=list)        # malformed queue files moved to .corrupt
+
+
+def _retry_path(state_dir: str) -> str:
+    return os.path.join(outbox_dir(state_dir), RETRY_FILE)
+
+
+def _retry_problem(data: Dict[str, Any]) -> Optional[str]:
+    ok = all(isinstance(v, dict) and all(isinstance(v.get(k), (int, float)) and not isinstance(v.get(k), bool)
+                                         for k in ("queued_at", "tries", "next_at")) for v in data.values())
+    return None if ok else "an entry is not {queued_at, tries, next_at}"
+
+
+def _backoff(tries: int, settings: DeliverySettings) -> float:
+    """Seconds before the next try of an entry that failed ``tries`` times: doubling, capped."""
+    return min(settings.backoff_max_s, settings.backoff_s * 2.0 ** min(max(0, tries - 1), 30))
 
 
 def deliver_pending(state_dir: str, accounting: Accounting, settings: DeliverySettings,
-                    sleep: Callable[[float], None] = time.sleep) -> DeliveryReport:
-    """Deliver what the queue holds (under a host-wide lock, ``write_jobs``). An
-    ``AccountingError`` leaves everything queued for the next hook run."""
+                    sleep: Callable[[float], None] = time.sleep, now: Optional[float] = None) -> DeliveryReport:
+    """Deliver what the queue holds (under a host-wide lock, ``write_jobs``), oldest first, at most
+    ``max_jobs_per_run`` jobs. A job whose entries could not be delivered (not in accounting, did
+    not stick) backs off (``_backoff``), so entries that cannot be delivered never starve the
+    ones behind them; an entry queued longer than ``expire_s`` ago is dropped and reported (its
+    record stays in the state dir). An ``AccountingError`` leaves everything queued, with no
+    back-off: accounting being down is not the entry's fault."""
     report = DeliveryReport([], [])
     lock = _try_lock(os.path.join(outbox_dir(state_dir), ".lock"), settings.lock_wait_s, sleep)
     if lock is None:
@@ -168,26 +240,66 @@ def deliver_pending(state_dir: str, accounting: Accounting, settings: DeliverySe
         report.waiting = list(pending(state_dir))
         return report
     try:
-        batch = dict(list(pending(state_dir).items())[:settings.max_jobs_per_run])
+        now = time.time() if now is None else now
+        retry = fsutil.read_state_json(_retry_path(state_dir), _retry_problem) or {}
+        due: Dict[str, List[Dict[str, Any]]] = {}
+        live = set()
+        for job_id, items in pending(state_dir, report.set_aside).items():
+            if now - min(i["queued_at"] for i in items) > settings.expire_s:
+                for item in items:
+                    _remove_if_unchanged(item)
+                report.expired.append(job_id)
+                continue
+            live.update(os.path.basename(i["path"]) for i in items)
+            if all(_due(retry, item, now) for item in items):
+                due[job_id] = items
+            else:
+                report.deferred += 1
+        batch = dict(list(due.items())[:settings.max_jobs_per_run])
         try:
             results = write_jobs(accounting, {job: [i["entry"] for i in items] for job, items in batch.items()},
                                  settings, sleep)
         except AccountingError as exc:
             report.error = str(exc)
             report.waiting = list(batch)
-            return report
-        for job_id, items in batch.items():
-            result = results[job_id]
+            results = {}
+        for job_id, result in results.items():
+            items = batch[job_id]
             report.writes += result.writes
             if result.delivered:
                 for item in items:
                     _remove_if_unchanged(item)
+                    retry.pop(os.path.basename(item["path"]), None)
                 report.delivered.append(job_id)
             else:
+                for item in items:
+                    name = os.path.basename(item["path"])
+                    before = retry.get(name)
+                    tries = int(before["tries"]) + 1 if before and before["queued_at"] == item["queued_at"] else 1
+                    retry[name] = {"queued_at": item["queued_at"], "tries": tries,
+                                   "next_at": now + _backoff(tries, settings)}
                 report.waiting.append(job_id)
+        _save_retry(state_dir, {name: value for name, value in retry.items() if name in live})
     finally:
         os.close(lock)
     return report
+
+
+def _due(retry: Dict[str, Any], item: Dict[str, Any], now: float) -> bool:
+    state = retry.get(os.path.basename(item["path"]))
+    # A newer entry for the same file (another queued_at) is a new entry: due at once.
+    return state is None or state["queued_at"] != item["queued_at"] or state["next_at"] <= now
+
+
+def _save_retry(state_dir: str, retry: Dict[str, Any]) -> None:
+    path = _retry_path(state_dir)
+    try:
+        if retry:
+            fsutil.atomic_write(path, json.dumps(retry, sort_keys=True) + "\n", durable=False)
+        elif os.path.lexists(path):
+            os.unlink(path)
+    except OSError as exc:      # a full disk: every entry is tried again next run, nothing lost
+        print(f"slurm-gpu-hooks: outbox back-off state not saved: {exc}", file=sys.stderr)
 
 
 def _try_lock(path: str, wait_s: float, sleep: Callable[[float], None]) -> Optional[int]:
@@ -216,3 +328,54 @@ def _remove_if_unchanged(item: Dict[str, Any]) -> None:
             os.unlink(item["path"])
         except FileNotFoundError:
             pass
+
+
+# -- the record on disk is the source of truth -----------------------------------------------------
+
+def queue_record(state_dir: str, record: Dict[str, Any], now: Optional[float] = None) -> str:
+    """Queue the entry of a record written with ``entry_wanted`` and mark it queued
+    (``store.mark_queued``). An OSError (a full disk) leaves the record unmarked: ``requeue_missing``
+    queues it once space returns."""
+    path = enqueue(state_dir, record["job_id"], store.entry_for(record), now=now)
+    try:
+        store.mark_queued(state_dir, record["job_id"], record["node"])
+    except OSError:
+        pass        # queued all the same; without the marker a rescan finds the queue file and marks it
+    return path
+
+
+def _rescan_path(state_dir: str) -> str:
+    return os.path.join(outbox_dir(state_dir), RESCAN_FILE)
+
+
+def rescan_due(state_dir: str, now: Optional[float] = None) -> bool:
+    """The last ``requeue_missing`` is older than ``RESCAN_EVERY_S`` (one stat)."""
+    try:
+        return os.lstat(_rescan_path(state_dir)).st_mtime < (time.time() if now is None else now) - RESCAN_EVERY_S
+    except OSError:
+        return True
+
+
+def requeue_missing(state_dir: str, expire_s: float, now: Optional[float] = None) -> List[str]:
+    """Queue the entries of records that want one but were never queued (``store.records_needing_queue``),
+    looking back to the last complete rescan (``expire_s`` at most); the job ids queued. An OSError
+    (the disk still full) stops the rescan, which then starts from the same point next time."""
+    now = time.time() if now is None else now
+    last = fsutil.read_state_json(_rescan_path(state_dir))
+    since = now - expire_s
+    if last is not None and isinstance(last.get("at"), (int, float)) and not isinstance(last.get("at"), bool):
+        since = max(since, float(last["at"]) - RESCAN_SLACK_S)
+    queued: List[str] = []
+    try:
+        for record in store.records_needing_queue(state_dir, since):
+            if os.path.exists(_entry_path(state_dir, record["job_id"], str(record["node"]))):
+                store.mark_queued(state_dir, record["job_id"], record["node"])
+                continue
+            queue_record(state_dir, record, now=float(record.get("amended_at") or record.get("ended_at") or now))
+            queued.append(str(record["job_id"]))
+        fsutil.ensure_dir(outbox_dir(state_dir))
+        fsutil.atomic_write(_rescan_path(state_dir), json.dumps({"at": now}) + "\n", durable=False)
+    except (OSError, ValueError) as exc:
+        print(f"slurm-gpu-hooks: outbox rescan stopped, {len(queued)} entr{'y' if len(queued) == 1 else 'ies'} "
+              f"queued again: {exc}", file=sys.stderr)
+    return queued

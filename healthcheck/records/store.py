@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Any, Dict, Iterable, List, Optional
 
 from .. import fsutil
@@ -183,3 +184,64 @@ def entry_for(record: Dict[str, Any]) -> Dict[str, Any]:
     if record.get("amended_at"):
         entry["late"] = True
     return entry
+
+
+# -- which records' entries were queued ----------------------------------------------------------
+
+QUEUED_SUFFIX = ".queued"
+
+
+def queued_marker(state_dir: str, job_id: str, node: str) -> str:
+    """``<node>.queued`` beside the record: its entry reached the outbox after the record was last
+    written (a marker older than the record, or none, and the entry may never have been queued)."""
+    return os.path.join(job_dir(state_dir, job_id), _node_file(node) + QUEUED_SUFFIX)
+
+
+def mark_queued(state_dir: str, job_id: str, node: str) -> None:
+    path = queued_marker(state_dir, job_id, node)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, fsutil.FILE_MODE)
+    try:
+        os.utime(fd)        # an older marker (the record was amended since) becomes current
+    finally:
+        os.close(fd)
+
+
+def records_needing_queue(state_dir: str, since: float) -> Iterable[Dict[str, Any]]:
+    """Records written at or after ``since`` that want an AdminComment entry (``entry_wanted``)
+    and have no marker at least as new as themselves: an entry that could not be queued (a full
+    disk) is found here again. Job directories and records older than ``since`` are not read."""
+    root = os.path.join(state_dir, JOBS_DIR)
+    try:
+        job_names = sorted(os.listdir(root))
+    except OSError:
+        return
+    for job_name in job_names:
+        directory = os.path.join(root, job_name)
+        try:
+            info = os.lstat(directory)
+        except OSError:
+            continue
+        if not _JOB_ID.match(job_name) or not stat.S_ISDIR(info.st_mode) or info.st_mtime < since:
+            continue
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(".json") or name.endswith(".baseline.json") or name.startswith("."):
+                continue
+            path = os.path.join(directory, name)
+            try:
+                written = os.lstat(path).st_mtime_ns
+            except OSError:
+                continue
+            if written < since * 1e9:
+                continue
+            try:
+                if os.lstat(path[:-len(".json")] + QUEUED_SUFFIX).st_mtime_ns >= written:
+                    continue
+            except OSError:
+                pass
+            record = fsutil.read_state_json(path)
+            if record is not None and record.get("entry_wanted") and str(record.get("job_id")) == job_name:
+                yield record
