@@ -39,7 +39,7 @@ def test_only_lines_holding_a_needle_reach_the_parser(monkeypatch):
     import healthcheck.kernellog.api as api
 
     real = api.parse_line_split
-    monkeypatch.setattr(api, "parse_line_split", lambda line, clock=None: parsed.append(line) or real(line, clock))
+    monkeypatch.setattr(api, "parse_line_split", lambda line, clock=None, continued=False: parsed.append(line) or real(line, clock, continued))
     data = NOISE * 1000 + XID + NOISE * 1000
     path_events = scan_events("-", stream=io.BytesIO(data)).events
     assert len(path_events) == 1 and parsed == [XID.rstrip(b"\n")]

@@ -23,7 +23,8 @@ from .catalog import XidCatalog
 from .cursor import StateStore
 from .events import XidEvent
 from .flood import CLOCK_SLACK_S, EscalationRule, FloodTracker, group_key
-from .parser import NEEDLES, Companion, LostIntro, LostTail, lost_gpu_event, parse_line_split, prefix_is_kernel
+from .parser import (NEEDLES, Companion, LostIntro, LostTail, lost_gpu_event, message_start, parse_line_split,
+                     prefix_is_kernel, record_stamp, whole_driver_line)
 from .pci import GpuMap
 from .scanner import LineScanner, ScanStats
 from .sources import KernelLogError
@@ -129,17 +130,25 @@ class _Collector:
         self._repeat_prefix: Optional[bytes] = None
         self._repeat_stamp: Any = (None, None)
         self._lost_intro: Optional[LostIntro] = None
+        self._whole_start = -1            # where the last whole driver line starts (the scanner's offsets)
 
     def scanner(self, clock: PrefixClock) -> LineScanner:
         self.clock = clock
         self._repeat_prefix = None
+        self._whole_start = -1
         self.current = LineScanner(self.on_line, self.stats, self.count_lines)
         return self.current
 
     def on_line(self, line: bytes) -> None:
-        if self._repeat_body and line.endswith(self._repeat_body) and self._repeat(line):
+        continued = self._continued(line)
+        if not continued and self._repeat_body and line.endswith(self._repeat_body) and self._repeat(line):
+            self._mark_whole()
             return
-        parsed, body_start = parse_line_split(line, self.clock)
+        parsed, body_start = parse_line_split(line, self.clock, continued)
+        if not continued and ((parsed is not None and not isinstance(parsed, (LostIntro, LostTail)))
+                              or (parsed is None and b"Serial" in line
+                                  and whole_driver_line(line, max(message_start(line), 0)))):
+            self._mark_whole()
         if parsed is None:
             return
         # The driver's three-line lost-GPU message: the address comes first, what happened last.
@@ -160,6 +169,27 @@ class _Collector:
         self._repeat_template = copy.copy(parsed)
         self._repeat_key = group_key(parsed)
         self._accept(parsed)
+
+    def _mark_whole(self) -> None:
+        if self.current is not None:
+            self._whole_start = self.current.line_start
+
+    def _continued(self, line: bytes) -> bool:
+        """A later line of a multi-line record where the syslog interface repeats the record's
+        prefix on each line (/proc/kmsg, rsyslog's imklog keeping the kernel's stamp): the line
+        before has the same stamp and was not itself a whole driver line of the same burst."""
+        scanner = self.current
+        if scanner is None or scanner.previous_head is None:
+            return False
+        if line[:1] != b"<" and b"kernel:" not in line[:320]:
+            return False
+        stamp = record_stamp(line, max(message_start(line), 0))
+        if stamp is None:
+            return False
+        previous = scanner.previous_head
+        if record_stamp(previous, max(message_start(previous), 0)) != stamp:
+            return False
+        return scanner.previous_start != self._whole_start
 
     def _repeat(self, line: bytes) -> bool:
         """A flood repeats one kernel line with new timestamps: count it without parsing it again."""

@@ -72,17 +72,29 @@ _WALL = (rb"(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})?"             
          rb"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"  # RFC 3339, short-iso
          rb"|\d{9,11}\.\d{1,9}"                                                         # journalctl short-unix
          rb"|\[ *\d{1,10}\.\d{1,9}\])")                                                # journalctl short-monotonic
-_BRACKET = (rb"\[(?: *\d{1,10}\.\d{1,9}"                                                 # dmesg uptime
+_BRACKET = (rb"\[(?: *\d{1,10}\.\d{1,9}(?: *< *\d{1,10}\.\d{1,9}>)?"                     # dmesg uptime (-d: delta)
+            rb"|< *\d{1,10}\.\d{1,9}>"                                                   # dmesg --time-format delta
+            rb"| *\+\d{1,10}\.\d{1,9}"                                                    # dmesg -H / --reltime
+            rb"|[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d"                                          # ... and its minute line
             rb"|(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]")      # dmesg -T
+# RFC 5424 as rsyslog writes it: "<PRI>1 TIMESTAMP HOST APP-NAME PROCID MSGID SD MSG"; the kernel's
+# APP-NAME is "kernel" and its facility (PRI >> 3) 0.
+_RFC5424 = re.compile(rb"<(\d{1,3})>1 (?:-|" + _WALL + rb") [^\s]{1,255} kernel [^\s]{1,128} [^\s]{1,32} - ")
+# The syslog interface (/proc/kmsg, syslog(2), `dmesg -r`): "<PRI>" then the kernel's prefix.
+_SYSLOG_PRI = re.compile(rb"<(\d{1,3})>(?=\[)")
 _KERNEL_PREFIX = re.compile(
-    rb"[ \t]*"
     rb"(?:(?:" + _WALL + rb"[ \t]+)?(?:[^\s]{1,255}[ \t]+)?kernel:[ \t]*"   # [time] [host] kernel:
     rb"|" + _WALL + rb"[ \t]+)?"                                             # time only (dmesg --time-format)
     rb"(?:kern *:[a-z]{1,8} *: *)?"                                           # dmesg -x: the kernel facility only
     rb"(?:" + _BRACKET + rb"[ \t]*)?")
 # A raw /dev/kmsg record: "PRIORITY,SEQ,USEC,FLAGS;message". The priority holds the facility
 # (priority >> 3); the kernel's is 0 and userspace writing to /dev/kmsg cannot claim it.
-_KMSG_HEAD = re.compile(rb"[ \t]*(\d{1,4}),\d{1,20},\d{1,20},[^;]{0,32};")
+_KMSG_HEAD = re.compile(rb"(\d{1,4}),\d{1,20},\d{1,20},[^;]{0,32};")
+# The kernel's own stamp of a record where the syslog interface repeats it on every line of a
+# multi-line record ("<4>[ 12.345678] ", and rsyslog's imklog keeping it: "... kernel: [ 12.345678] ").
+_RECORD_STAMP = re.compile(rb"(?:^<\d{1,3}>|kernel:[ \t]*)(\[ *\d{1,10}\.\d{1,9}\])")
+# A driver line that may share its stamp with the next one (the driver prints these in one burst).
+_BOARD_SERIAL = re.compile(rb"NVRM: GPU Board Serial Number: [\w-]{1,64}\s*$")
 _NVLINK5_CODES = range(144, 151)
 _UNKNOWN = (b"<unknown>", b"'<unknown>'")
 
@@ -129,7 +141,19 @@ def _pci(raw: bytes) -> str:
 
 def message_start(line: bytes) -> int:
     """Where the kernel message starts on ``line`` (after its source format's prefix), or -1
-    when the prefix says another writer than the kernel (a /dev/kmsg record of another facility)."""
+    when the prefix says another writer than the kernel (a /dev/kmsg record of another facility,
+    a syslog priority of another facility), or when the line is the continuation of a multi-line
+    record: indented (how journalctl and dmesg print a record's later lines), no prefix at all."""
+    head = line[:1]
+    if head in (b" ", b"\t"):
+        return -1
+    if head == b"<":
+        framed = _RFC5424.match(line) or _SYSLOG_PRI.match(line)
+        if not framed or int(framed.group(1)) >> 3 != 0:
+            return -1
+        if framed.re is _RFC5424:
+            return framed.end()
+        return _KERNEL_PREFIX.match(line, framed.end()).end()
     kmsg = _KMSG_HEAD.match(line)
     if kmsg:
         return kmsg.end() if int(kmsg.group(1)) >> 3 == 0 else -1
@@ -142,6 +166,26 @@ def prefix_is_kernel(prefix: bytes) -> bool:
     return message_start(prefix) == len(prefix)
 
 
+def continuation_start(line: bytes) -> int:
+    """Where the text of an indented continuation line starts (the later lines of a multi-line
+    record, as journalctl and dmesg print them), or -1 when ``line`` is not one."""
+    stripped = line.lstrip(b" \t")
+    return len(line) - len(stripped) if stripped and len(stripped) < len(line) else -1
+
+
+def record_stamp(line: bytes, start: int) -> Optional[bytes]:
+    """The kernel's stamp of the record in ``line``'s prefix where the syslog interface repeats it
+    on every line of a multi-line record, or None."""
+    found = _RECORD_STAMP.search(line, 0, start) if start > 0 else None
+    return found.group(1).replace(b" ", b"") if found else None
+
+
+def whole_driver_line(line: bytes, start: int) -> bool:
+    """A driver line the next line of the same burst may share its stamp with: an event, a
+    companion, or the board serial number the driver prints between them."""
+    return _BOARD_SERIAL.match(line, start) is not None or _parse(line, start, None) is not None
+
+
 def parse_line(line: bytes, clock: Optional[PrefixClock] = None
                ) -> Union[XidEvent, Companion, LostIntro, LostTail, None]:
     """The event on one log line, a companion line, or None. Cheap for lines that cannot match."""
@@ -149,11 +193,22 @@ def parse_line(line: bytes, clock: Optional[PrefixClock] = None
     return parsed
 
 
-def parse_line_split(line: bytes, clock: Optional[PrefixClock] = None):
+def parse_line_split(line: bytes, clock: Optional[PrefixClock] = None, continued: bool = False):
     """``parse_line`` plus where the kernel text starts (-1 for None): what precedes it is the
-    prefix (time, host, tag), what follows is the same for every line of a flood."""
+    prefix (time, host, tag), what follows is the same for every line of a flood.
+
+    A continuation of a multi-line record (an indented line, or ``continued``: the caller saw
+    the record's stamp on the line before) never starts an event: it can only be the last line
+    of the driver's three-line lost-GPU message (a ``LostTail``), which completes one begun by
+    the record's first line. A user's text (a file name holding newlines, in a segfault report
+    or an exec warning) reaches the log only as such continuation lines."""
     start = message_start(line)
-    parsed = _parse(line, start, clock) if start >= 0 else None
+    if start < 0 or continued:
+        start = continuation_start(line) if start < 0 else start
+        if start >= 0 and _LOST_TAIL.match(line, start):
+            return LostTail(), start
+        return None, -1
+    parsed = _parse(line, start, clock)
     if parsed is None:
         return None, -1
     return parsed, start

@@ -17,6 +17,7 @@ from .parser import NEEDLES
 
 CHUNK = 2 * 1024 * 1024
 MAX_LINE = 64 * 1024
+PREVIOUS_HEAD = 256            # bytes kept of the line before a handed-on line (its prefix is what matters)
 
 
 @dataclass
@@ -36,6 +37,11 @@ class LineScanner:
     cursor may point so that the next run starts on a line boundary. ``stop(why)`` (from
     ``on_line``, or between chunks) ends the scan; stopped from ``on_line``, ``consumed`` is the
     start of that line, so a read that resumes there reads it again.
+
+    While ``on_line`` runs, ``line_start`` is where its line starts (bytes fed before it),
+    ``previous_head`` the first ``PREVIOUS_HEAD`` bytes of the line before it (None when that
+    line was not fed) and ``previous_start`` where that one starts: the syslog interface repeats
+    a record's prefix on each of its lines, so the line before tells a record's later lines.
     """
 
     def __init__(self, on_line: Callable[[bytes], None], stats: Optional[ScanStats] = None,
@@ -51,6 +57,14 @@ class LineScanner:
         self._pending_start = 0          # where the pending line starts (bytes fed before it)
         self._line_start = 0             # where the line being handed on starts
         self.stopped: Optional[str] = None
+        self.previous_head: Optional[bytes] = None
+        self.previous_start = -1
+        self._last_head: Optional[bytes] = None      # the last complete line fed, and its start
+        self._last_start = -1
+
+    @property
+    def line_start(self) -> int:
+        return self._line_start
 
     def stop(self, why: str) -> None:
         """Hand on nothing more. Called from ``on_line``, the line being handed on is not consumed."""
@@ -88,10 +102,12 @@ class LineScanner:
                 return
             self._keep(chunk[:newline])
             self._line_start = self._pending_start
+            head = bytes(self._pending[:PREVIOUS_HEAD])
             self._finish_pending()
             if self.stopped:
                 self.consumed = self._line_start
                 return
+            self._last_head, self._last_start = head, self._pending_start
             start = newline + 1
             self.consumed = self._offset + start
         last_newline = chunk.rfind(b"\n", start)
@@ -101,6 +117,9 @@ class LineScanner:
                 self.consumed = self._line_start
                 return
             self.consumed = self._offset + last_newline + 1
+            last_start = chunk.rfind(b"\n", start, last_newline) + 1 or start
+            self._last_head = bytes(chunk[last_start:min(last_newline, last_start + PREVIOUS_HEAD)])
+            self._last_start = self._offset + last_start
             start = last_newline + 1
         if start < len(chunk):
             if not self._pending and not self._overlong:
@@ -132,6 +151,7 @@ class LineScanner:
         self._pending.clear()
         self._overlong = False
         if any(needle in line for needle in NEEDLES):
+            self.previous_head, self.previous_start = self._last_head, self._last_start
             self._emit(line)
 
     def _search(self, chunk: bytes, start: int, end: int) -> None:
@@ -152,6 +172,12 @@ class LineScanner:
                 self.stats.overlong_lines += 1
                 line_end = line_start + MAX_LINE
             self._line_start = self._offset + line_start
+            if line_start > start:
+                before = chunk.rfind(b"\n", start, line_start - 1) + 1 or start
+                self.previous_head = bytes(chunk[before:min(line_start - 1, before + PREVIOUS_HEAD)])
+                self.previous_start = self._offset + before
+            else:
+                self.previous_head, self.previous_start = self._last_head, self._last_start
             self._emit(bytes(chunk[line_start:line_end]))
             if self.stopped:
                 return

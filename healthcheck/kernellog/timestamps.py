@@ -7,6 +7,8 @@ Forms understood (each may be followed by ``host kernel:`` and a ``[uptime]``)::
     Feb 23 16:24:18 host kernel: ...           syslog, journalctl -k (local time, no year)
     2025-02-23T16:24:18.123456+01:00 host ...  rsyslog RFC 3339, journalctl -o short-iso
     1740324258.123456 host kernel: ...         journalctl -o short-unix
+    <4>1 2025-02-23T16:24:18.123456Z host kernel - - - ...   RFC 5424 (rsyslog)
+    <4>[12345.678901] ...                      the syslog interface (/proc/kmsg, dmesg -r)
     6,1234,5678901234,-;...                    a raw /dev/kmsg record (uptime in microseconds)
 
 Syslog lines carry no year: the year is the reference time's (the file's mtime), or the one
@@ -29,6 +31,7 @@ _DMESG_T = re.compile(rb"\[(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):
 _SYSLOG = re.compile(rb"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(\.\d{1,9})?\s")
 _ISO = re.compile(rb"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:?\d\d)?\s")
 _UNIX = re.compile(rb"(\d{9,11}\.\d{1,9})\s")
+_SYSLOG_PRI = re.compile(rb"<\d{1,3}>(?:1 )?")
 _KMSG = re.compile(rb"(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]{0,32};")
 
 Stamp = Tuple[Optional[float], Optional[float]]      # (wall clock epoch s, uptime s)
@@ -46,6 +49,9 @@ class PrefixClock:
         prefix = prefix.lstrip()
         if not prefix:
             return None, None
+        if prefix[:1] == b"<":
+            framed = _SYSLOG_PRI.match(prefix)      # "<4>[ 12.3] ", "<4>1 2025-02-23T16:24:18Z host kernel - - - "
+            prefix = prefix[framed.end():] if framed else prefix
         head = prefix[:1]
         if head.isdigit():
             kmsg = _KMSG.match(prefix)

@@ -1,0 +1,157 @@
+"""One kernel record printed over several lines: its later lines never start an event.
+
+A user's file name can hold newlines; the kernel logs it inside one record (a segfault report,
+an exec warning), which /dev/kmsg keeps whole but journalctl, dmesg and the syslog interface
+(/proc/kmsg, rsyslog's imklog) print as several lines. The captures in
+tests/fixtures/kernellog-continuation/ are real (README.md there): a segfaulting binary whose
+file name holds an Xid 79 line. Genuine lines in every format, RFC 5424 and dmesg's relative
+time stamps included, are still events.
+"""
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import pytest
+
+from healthcheck.kernellog import sources
+from healthcheck.kernellog.api import read_new_events, scan_events
+from healthcheck.kernellog.parser import parse_line
+from healthcheck.kernellog.timestamps import PrefixClock
+
+HERE = os.path.join(os.path.dirname(__file__), "fixtures", "kernellog-continuation")
+CAPTURES = sorted(name for name in os.listdir(HERE) if name.endswith(".txt"))
+FORGED_TEXT = b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+XID48 = (b"NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error (DBE) has been detected on GPU "
+         b"in the framebuffer at partition 6, subpartition 0.")
+
+
+def capture(name: str) -> bytes:
+    with open(os.path.join(HERE, name), "rb") as handle:
+        return handle.read()
+
+
+def scan(data: bytes):
+    return scan_events("-", stream=io.BytesIO(data)).events
+
+
+def test_the_captures_hold_the_forged_line():
+    for name in CAPTURES:
+        assert FORGED_TEXT in capture(name), name
+
+
+# dmesg -t prints a record's later lines with no prefix and no indent: nothing tells them from
+# a line of their own (docs/kernel-log.md says so; kmsg and journal are the sources to use).
+@pytest.mark.parametrize("name", [name for name in CAPTURES if name != "dmesg-notime.txt"])
+def test_a_forged_continuation_line_is_no_event(name):
+    assert scan(capture(name)) == []
+
+
+GENUINE_AFTER = {
+    # The same source's genuine Xid 48 right after the forged record (a line of its own).
+    "journal-short-unix.txt": b"1796139963.100000 vm kernel: ",
+    "journal-short.txt": b"Dec 01 15:45:58 vm kernel: ",
+    "journal-short-iso.txt": b"2026-12-01T15:45:58+0000 vm kernel: ",
+    "journal-short-precise.txt": b"Dec 01 15:45:58.100000 vm kernel: ",
+    "journal-short-monotonic.txt": b"[  219.000001] vm kernel: ",
+    "dmesg-plain.txt": b"[  219.000001] ",
+    "dmesg-ctime.txt": b"[Tue Dec  1 15:45:58 2026] ",
+    "dmesg-decode.txt": b"kern  :warn  : [  219.000001] ",
+    "dmesg-raw.txt": b"<4>[  219.000001] ",
+    "dmesg-syslog-raw.txt": b"<4>[  219.000001] ",
+    "dmesg-human.txt": b"[  +0.500000] ",
+    "dmesg-reltime.txt": b"[Dec 1 15:46] ",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GENUINE_AFTER))
+def test_a_genuine_xid_after_the_forged_record_is_one_event(name):
+    events = scan(capture(name) + GENUINE_AFTER[name] + XID48 + b"\n")
+    assert [(event.code, event.pci) for event in events] == [(48, "0000:3b:00")]
+
+
+def rsyslog_imklog(raw: bytes) -> bytes:
+    """What rsyslog writes from the syslog interface keeping the kernel's stamp: one message per
+    line, each with the record's stamp ("<6>[ 218.412166] " -> "Dec  1 15:45:57 vm kernel: [ 218.412166] ")."""
+    lines = []
+    for line in raw.splitlines(keepends=True):
+        lines.append(b"Dec  1 15:45:57 vm kernel: " + line.split(b">", 1)[1])
+    return b"".join(lines)
+
+
+def test_rsyslog_keeping_the_kernel_stamp_forged_line_is_no_event():
+    data = rsyslog_imklog(capture("dmesg-syslog-raw.txt"))
+    assert b"vm kernel: [  218.412166] " + FORGED_TEXT in data
+    assert scan(data) == []
+    genuine = data + b"Dec  1 15:45:58 vm kernel: [  219.000001] " + XID48 + b"\n"
+    assert [event.code for event in scan(genuine)] == [48]
+
+
+def test_a_driver_burst_sharing_one_stamp_is_still_read():
+    """The driver prints companion, serial number and Xid in one burst; two records can carry the
+    same microsecond. A line whose predecessor with the same stamp was a whole driver line counts."""
+    stamp = b"Dec  1 15:45:57 vm kernel: [  218.500000] "
+    burst = (stamp + b"NVRM: GPU at PCI:0000:3b:00: GPU-509665ad-1111-2222-3333-444455556666\n"
+             + stamp + b"NVRM: GPU Board Serial Number: 1650123456789\n"
+             + stamp + XID48 + b"\n"
+             + stamp + b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+    assert [event.code for event in scan(burst)] == [48, 79]
+
+
+def test_a_continuation_line_never_starts_an_event_but_completes_the_lost_gpu_message():
+    lost = (b"1796139962.906570 vm kernel: NVRM: The NVIDIA GPU 0000:5d:00.0\n"
+            b"                             NVRM: (PCI ID: 10de:2330) installed in this system has\n"
+            b"                             NVRM: fallen off the bus and is not responding to commands.\n")
+    assert [(event.kind, event.pci) for event in scan(lost)] == [("fallen_off_bus", "0000:5d:00")]
+    for indent in (b" ", b"\t", b"                             "):
+        assert parse_line(indent + XID48, PrefixClock()) is None
+        assert parse_line(indent + b"[ 12.000000] " + XID48, PrefixClock()) is None
+
+
+@pytest.mark.parametrize("line", [
+    b"<4>1 2026-12-01T10:00:00.123456+00:00 host kernel - - - " + FORGED_TEXT,      # rsyslog RFC 5424
+    b"<3>1 2026-12-01T10:00:00Z host kernel - - - " + FORGED_TEXT,
+    b"[  +0.000003] " + FORGED_TEXT,                                                 # dmesg -H / --reltime
+    b"[Dec 1 10:00] " + FORGED_TEXT,                                                 # ... its minute line
+    b"[  218.412181 <    0.000015>] " + FORGED_TEXT,                                 # dmesg -d
+    b"<4>[  218.412181] " + FORGED_TEXT,                                             # dmesg -r, /proc/kmsg
+])
+def test_genuine_formats_yield_their_xid(line):
+    event = parse_line(line, PrefixClock())
+    assert event is not None and (event.code, event.pci) == (79, "0000:3b:00")
+
+
+def test_rfc5424_time_is_read():
+    event = parse_line(b"<4>1 2026-12-01T10:00:00.5+00:00 host kernel - - - " + FORGED_TEXT, PrefixClock())
+    assert event.time == 1796119200.5
+
+
+@pytest.mark.parametrize("line", [
+    b"<14>1 2026-12-01T10:00:00Z host kernel - - - " + FORGED_TEXT,     # facility user (1): logger
+    b"<13>1 2026-12-01T10:00:00Z host alice - - - " + FORGED_TEXT,
+    b"<4>1 2026-12-01T10:00:00Z host alice - - - " + FORGED_TEXT,       # not the kernel's APP-NAME
+    b"<12>[  218.412181] " + FORGED_TEXT,                                 # syslog interface, user facility
+])
+def test_syslog_framing_of_another_writer_is_no_event(line):
+    assert parse_line(line, PrefixClock()) is None
+
+
+FAKE_JOURNALCTL = """#!{python}
+import sys
+with open({capture!r}, "rb") as handle:
+    sys.stdout.buffer.write(handle.read())
+sys.stdout.buffer.write(b"1796139963.100000 vm kernel: " + {genuine!r} + b"\\n")
+print("-- cursor: s=1")
+"""
+
+
+def test_the_journal_source_reads_no_forged_xid_and_the_genuine_one(tmp_path, monkeypatch):
+    """kernel_log = "journal", the hooks' incremental read: journalctl's real output shape."""
+    script = tmp_path / "journalctl"
+    script.write_text(FAKE_JOURNALCTL.format(python=sys.executable, capture=os.path.join(HERE, "journal-short-unix.txt"),
+                                             genuine=XID48))
+    script.chmod(0o755)
+    monkeypatch.setattr(sources, "JOURNALCTL_PATHS", (str(script),))
+    read = read_new_events("journal", str(tmp_path / "state"), "gpu1", now=1796139964.0, booted=0)
+    assert [(event.code, event.pci) for event in read.events] == [(48, "0000:3b:00")]
