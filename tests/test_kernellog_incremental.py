@@ -356,3 +356,26 @@ def test_a_hook_read_of_an_unchanged_log_neither_loads_the_reader_nor_misses_wha
     write(log, XID79)
     after = probe_kernel_log(str(log), state, "gpu1", "health", config, now=NOW + 120)
     assert [event.code for event in after.events] == [79]
+
+
+def test_copytruncate_rewritten_with_the_same_bytes_before_the_old_offset_is_seen(tmp_path):
+    """A log truncated in place and written again so that the 64 bytes before the old offset are
+    byte-identical (aligned repeated lines) still counts as rewritten: the Xid 79 in it is read."""
+    log = tmp_path / "kern.log"
+    state = str(tmp_path / "state")
+    noise = NOISE.format(n=7)
+    write(log, noise * 200)
+    read_and_commit(str(log), state, "gpu1", now=NOW)
+    size = log.stat().st_size
+    # copytruncate, then new lines: an Xid 79 and enough lines after it that the file ends, as
+    # before, in the same line, aligned with the old offset.
+    xid = XID79
+    filler = size - len(xid) - len(noise)
+    rewritten = "x" * (filler - 1) + "\n" + xid + noise
+    assert len(rewritten) == size
+    with open(log, "r+", encoding="utf-8") as handle:
+        handle.truncate(0)
+        handle.write(rewritten)
+    result = read_and_commit(str(log), state, "gpu1", now=NOW + 1)
+    assert result.rescan == "the file was rewritten"
+    assert [event.code for event in result.events] == [79]

@@ -4,8 +4,10 @@ Layout: ``<state_dir>/kernellog/<reader>/`` (mode 0750; the runner's readers are
 ``<node>.<tier>`` and ``<node>.cli.<tier>``) holding
 
 * ``cursor-<kind>-<hash>.json`` one per source; ``kind`` is file | kmsg | journal:
-    file     {"path", "dev", "ino", "offset", "tail_sha256"}: the byte after the last complete
-             line read, and a hash of the 64 bytes before it (a rewritten file fails to match)
+    file     {"path", "dev", "ino", "offset", "tail_sha256", "head_sha256"}: the byte after the
+             last complete line read, a hash of the 64 bytes before it and one of the file's first
+             4 KiB (at most to the offset): a file rewritten in place (copytruncate, then lines
+             whose bytes before the offset happen to be the same) fails to match
     kmsg     {"boot_id", "seq"}: the last /dev/kmsg sequence number read in this boot
     journal  {"cursor"}: journalctl's own cursor
 * ``flood.json``  open events and escalation burst times (``flood.FloodTracker.state``)
@@ -37,7 +39,7 @@ CURSOR_SCHEMAS = {
     "kmsg": {"boot_id": optional(is_str), "seq": lambda value: is_int(value) and value >= -1},
     "journal": {"cursor": optional(is_str)},
 }
-_OPTIONAL_FIELDS = {"mid_line": lambda value: isinstance(value, bool)}
+_OPTIONAL_FIELDS = {"mid_line": lambda value: isinstance(value, bool), "head_sha256": is_str}
 
 
 def cursor_problem(kind: str, data: Dict[str, Any]) -> Optional[str]:
@@ -92,6 +94,30 @@ def tail_hash(fd: int, offset: int) -> str:
     return sha256(os.pread(fd, offset - start, start)).hexdigest()
 
 
+HEAD_BYTES = 4096
+
+
+def head_hash(fd: int, offset: int) -> str:
+    """A hash of the file's first ``HEAD_BYTES`` (at most to ``offset``): a log truncated and
+    written again from its start (copytruncate) has another head, even when the bytes just before
+    the old offset happen to be the same."""
+    return sha256(os.pread(fd, min(offset, HEAD_BYTES), 0)).hexdigest()
+
+
+def file_marks(fd: int, offset: int) -> Dict[str, str]:
+    """The hashes a file cursor at ``offset`` keeps."""
+    return {"tail_sha256": tail_hash(fd, offset), "head_sha256": head_hash(fd, offset)}
+
+
+def marks_match(fd: int, offset: int, cursor: Dict[str, Any]) -> bool:
+    """Whether the file still holds, at and before ``offset``, what the cursor saw (a cursor
+    saved before the head hash existed is judged on its tail hash alone)."""
+    if tail_hash(fd, offset) != cursor.get("tail_sha256"):
+        return False
+    head = cursor.get("head_sha256")
+    return head is None or head_hash(fd, offset) == head
+
+
 # How far back from a file's end ``start_file_at_end`` looks for the last complete line.
 _LAST_LINE_BYTES = 64 * 1024
 
@@ -118,8 +144,7 @@ def start_file_at_end(path: str, state_dir: str, node: str) -> bool:
                 return False
             offset = start + newline + 1
         identity = os.path.abspath(path)
-        cursor = {"dev": info.st_dev, "ino": info.st_ino, "offset": offset, "tail_sha256": tail_hash(fd, offset),
-                  "mid_line": False}
+        cursor = dict(file_marks(fd, offset), dev=info.st_dev, ino=info.st_ino, offset=offset, mid_line=False)
     finally:
         os.close(fd)
     store = StateStore(state_dir, node)
@@ -142,7 +167,7 @@ def file_unchanged(path: str, state_dir: str, node: str) -> bool:
     try:
         info = os.fstat(fd)
         return (stat.S_ISREG(info.st_mode) and saved["dev"] == info.st_dev and saved["ino"] == info.st_ino
-                and saved["offset"] == info.st_size and tail_hash(fd, info.st_size) == saved["tail_sha256"])
+                and saved["offset"] == info.st_size and marks_match(fd, info.st_size, saved))
     finally:
         os.close(fd)
 

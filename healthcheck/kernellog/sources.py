@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .. import bounded
-from .cursor import boot_id, tail_hash
+from .cursor import boot_id, file_marks, marks_match
 from .scanner import CHUNK, LineScanner
 from .timestamps import PrefixClock, boot_time
 
@@ -275,7 +275,7 @@ def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_by
             offset = int(cursor.get("offset", -1))
             if offset < 0 or offset > size:
                 rescan = "the file was truncated"
-            elif tail_hash(fd, offset) != cursor.get("tail_sha256"):
+            elif not marks_match(fd, offset, cursor):
                 rescan = "the file was rewritten"
             else:
                 start = offset
@@ -294,9 +294,8 @@ def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_by
             scanner.start_mid_line()
         _feed_range(fd, start, size, scanner, budget)
         offset = min(start + scanner.consumed, size)
-        return Incremental({"dev": info.st_dev, "ino": info.st_ino, "offset": offset,
-                            "tail_sha256": tail_hash(fd, offset), "mid_line": not scanner.at_line_start}, rescan,
-                           scanner.stopped)
+        return Incremental(dict(file_marks(fd, offset), dev=info.st_dev, ino=info.st_ino, offset=offset,
+                                mid_line=not scanner.at_line_start), rescan, scanner.stopped)
     finally:
         os.close(fd)
 
@@ -318,7 +317,7 @@ def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
             if (info.st_dev, info.st_ino) != (cursor.get("dev"), cursor.get("ino")):
                 continue
             offset = int(cursor.get("offset", 0))
-            if offset > info.st_size or tail_hash(fd, offset) != cursor.get("tail_sha256"):
+            if offset > info.st_size or not marks_match(fd, offset, cursor):
                 return None
             start = max(offset, info.st_size - rescan_bytes)
             rotated = make_scanner(file_clock(fd))
@@ -328,8 +327,8 @@ def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
             _feed_range(fd, start, info.st_size, rotated, budget)
             if rotated.stopped:
                 at = min(start + rotated.consumed, info.st_size)
-                return Incremental({"dev": info.st_dev, "ino": info.st_ino, "offset": at,
-                                    "tail_sha256": tail_hash(fd, at), "mid_line": not rotated.at_line_start},
+                return Incremental(dict(file_marks(fd, at), dev=info.st_dev, ino=info.st_ino, offset=at,
+                                        mid_line=not rotated.at_line_start),
                                    "the file was rotated or replaced", rotated.stopped)
             rotated.finish()
             return None
