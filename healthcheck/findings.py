@@ -24,6 +24,9 @@ class Finding:
     hca: Optional[str] = None
     port: Optional[int] = None
     evidence: Dict[str, Any] = field(default_factory=dict)
+    # A fact, not a message: the probe that should have looked at the hardware (NVML, the IB
+    # sysfs tree, dcgmi) did not answer (timed out, crashed, failed), so no check of it passed.
+    unanswered: bool = False
 
     def to_json(self) -> Dict[str, Any]:
         return asdict(self)
@@ -59,9 +62,8 @@ def without_timeout_drains(findings: Iterable[Finding], drain_on_timeout: bool) 
 
 
 def unseen(findings: Iterable[Finding]) -> bool:
-    """The run could not look at the hardware: a probe did not answer, or the NVML or InfiniBand
-    probe failed. No check passed then, so nothing may be resumed on the strength of it (an
-    unreadable kernel log hides no state: Xids are events, judged when the log is read again)."""
-    return any(f.check == "probe.timeout" or
-               (f.check == "probe.error" and f.message.startswith(("NVML", "InfiniBand")))
-               for f in findings)
+    """The run could not look at the hardware: a probe did not answer (``Finding.unanswered``:
+    it timed out, or the NVML or InfiniBand probe failed). No check passed then, so nothing may be
+    resumed on the strength of it (an unreadable kernel log hides no state: Xids are events,
+    judged when the log is read again, so its finding is not ``unanswered``)."""
+    return any(f.unanswered for f in findings)

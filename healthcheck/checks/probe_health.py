@@ -11,6 +11,12 @@ from ..findings import Finding
 from .base import CheckInput
 
 
+def _unanswered(finding: Finding) -> Finding:
+    """The probe did not answer: a fact on the finding (``findings.unseen`` decides on it)."""
+    finding.unanswered = True
+    return finding
+
+
 def probe_findings(inp: CheckInput) -> List[Finding]:
     findings: List[Finding] = []
     nvml = inp.nvml
@@ -18,31 +24,33 @@ def probe_findings(inp: CheckInput) -> List[Finding]:
         limit = nvml.timeout_s or 0
         evidence = {"timeout_s": limit, "elapsed_s": round(nvml.elapsed_s or 0.0, 3)}
         if nvml.status == "timeout":
-            findings.append(inp.finding("probe.timeout", "error", f"NVML did not answer within {limit:g} s",
-                                        evidence=evidence))
+            findings.append(_unanswered(inp.finding("probe.timeout", "error",
+                                                    f"NVML did not answer within {limit:g} s", evidence=evidence)))
         elif nvml.status == "crashed":
-            findings.append(inp.finding("probe.error", "error", f"NVML probe failed: {nvml.message or 'no answer'}",
-                                        evidence={"error": nvml.message}))
+            findings.append(_unanswered(inp.finding("probe.error", "error",
+                                                    f"NVML probe failed: {nvml.message or 'no answer'}",
+                                                    evidence={"error": nvml.message})))
         for gpu in inp.gpus_in_scope():
             if gpu.state == "hang":
-                findings.append(inp.finding("probe.timeout", "error",
-                                            f"{gpu.subject()} did not answer NVML within {limit:g} s",
-                                            gpu=gpu, evidence=evidence))
+                findings.append(_unanswered(inp.finding("probe.timeout", "error",
+                                                        f"{gpu.subject()} did not answer NVML within {limit:g} s",
+                                                        gpu=gpu, evidence=evidence)))
     ib = inp.ib
     if ib is not None:
         if ib.status == "timeout":
-            findings.append(inp.finding("probe.timeout", "error",
-                                        f"InfiniBand sysfs ({ib.sysfs_root}) did not answer within {ib.timeout_s or 0:g} s",
-                                        evidence={"timeout_s": ib.timeout_s}))
+            findings.append(_unanswered(inp.finding(
+                "probe.timeout", "error",
+                f"InfiniBand sysfs ({ib.sysfs_root}) did not answer within {ib.timeout_s or 0:g} s",
+                evidence={"timeout_s": ib.timeout_s})))
         elif ib.status == "error":
-            findings.append(inp.finding("probe.error", "error", f"InfiniBand probe failed: {ib.message}",
-                                        evidence={"error": ib.message}))
+            findings.append(_unanswered(inp.finding("probe.error", "error", f"InfiniBand probe failed: {ib.message}",
+                                                    evidence={"error": ib.message})))
     kernel = inp.kernel
     if kernel is not None and kernel.status == "error":
         findings.append(inp.finding("probe.error", "error", f"kernel log unreadable: {kernel.message}",
                                     evidence={"source": kernel.source}))
     dcgm = inp.dcgm
     if dcgm is not None and dcgm.status == "timeout":
-        findings.append(inp.finding("probe.timeout", "error", dcgm.message,
-                                    evidence={"timeout_s": dcgm.timeout_s, "level": dcgm.level}))
+        findings.append(_unanswered(inp.finding("probe.timeout", "error", dcgm.message,
+                                                evidence={"timeout_s": dcgm.timeout_s, "level": dcgm.level})))
     return findings

@@ -34,7 +34,7 @@ class XidEvent:
     intrinfo: Optional[int] = None           # Xid 144-150: first word in the parentheses
     error_status: Optional[int] = None       # Xid 144-150: second word in the parentheses
     # Filled in by the catalog, the GPU map and the flood tracker:
-    action: str = "contact_support"
+    action: str = XID_ACTIONS[-1]            # the strongest until the catalog decides
     action_source: str = ""
     mnemonic: Optional[str] = None
     nvidia_action: Optional[str] = None

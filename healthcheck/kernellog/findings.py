@@ -4,13 +4,14 @@ One finding per check, code and GPU (an Xid 79 line and its "fallen off the bus"
 one finding; so are an Xid 154's successive recovery actions, at the strongest). Check ids:
 ``kernel.xid`` (Xid and fallen-off-the-bus lines), ``kernel.sxid`` (NVSwitch SXids).
 
-| our action       | status | Finding.action | meaning                                              |
-| ---------------- | ------ | -------------- | ---------------------------------------------------- |
-| ignore           | -      | -              | no finding                                           |
-| job              | ok     | none           | the job's own fault: recorded (for the epilog), the node stays up |
-| reset_gpu        | fail   | drain          | drain until the GPU is reset                         |
-| reboot           | fail   | drain          | drain and reboot                                     |
-| contact_support  | fail   | drain          | drain; a person must look                            |
+What an Xid does is the ``finding`` column of ``healthcheck/data/xid-actions.tsv`` for its
+action (the one rule, also the prolog's and the epilog's: ``judge``):
+
+| finding   | status | Finding.action | meaning                                                        |
+| --------- | ------ | -------------- | -------------------------------------------------------------- |
+| none      | -      | -              | no finding (ignore)                                            |
+| evidence  | ok     | none           | the job's own fault: recorded (for the epilog), the node stays up |
+| drain     | fail   | drain          | drain (reset_gpu, reboot, contact_support)                      |
 
 ``job`` is "ok", not "warn": a user's out-of-bounds access says nothing about the node, and
 repeats on one GPU escalate through ``[xid] escalate`` instead. ``[actions] "kernel.xid"`` (or
@@ -30,14 +31,19 @@ from .catalog import catalog_entries
 from .events import XidEvent, action_rank, iso_time
 from .pci import GpuMap
 
-ACTION_TEXT = {
-    "job": "the job's fault, not the node's",
-    "reset_gpu": "drain until the GPU is reset",
-    "reboot": "drain and reboot the node",
-    "contact_support": "drain; contact NVIDIA support",
-}
-_STATUS = {"job": ("ok", "none"), "reset_gpu": ("fail", "drain"), "reboot": ("fail", "drain"),
-           "contact_support": ("fail", "drain")}
+from .xid_actions import ACTION_TEXT, finding_for
+
+# xid-actions.tsv's "finding" column -> (status, Finding.action): the one Xid-to-drain rule.
+_STATUS = {"evidence": ("ok", "none"), "drain": ("fail", "drain")}
+
+
+def judge(action: str, check: str, configured: Mapping[str, str]) -> Tuple[str, str]:
+    """(status, Finding.action) of an Xid/SXid finding whose action is ``action``: the one rule
+    of every hook. ``[actions] "kernel.xid"`` (``configured``), when set, replaces "drain"."""
+    status, finding_action = _STATUS.get(finding_for(action), ("fail", "drain"))
+    if finding_action == "drain" and check in configured:
+        finding_action = configured[check]
+    return status, finding_action
 
 
 def check_id(event: XidEvent) -> str:
@@ -55,7 +61,7 @@ def xid_findings(events: Iterable[XidEvent], gpus: Iterable[Any] = (), config: A
     configured = dict(actions or {})
     merged: Dict[Tuple[Any, ...], List[XidEvent]] = {}
     for event in events:
-        if event.action == "ignore":
+        if finding_for(event.action) == "none":
             continue
         key = (check_id(event), event.code, event.pci, event.device)
         merged.setdefault(key, []).append(event)
@@ -69,9 +75,7 @@ def _finding(group: List[XidEvent], gpu_map: GpuMap, configured: Dict[str, str])
     strongest = max(current or group, key=lambda event: action_rank(event.action))
     action = strongest.action
     check = check_id(strongest)
-    status, finding_action = _STATUS.get(action, ("fail", "drain"))
-    if finding_action == "drain" and check in configured:
-        finding_action = configured[check]
+    status, finding_action = judge(action, check, configured)
     if not current and status != "ok":
         status, finding_action = "warn", "none"
     index, uuid, bus_id = gpu_map.lookup(strongest.pci) if strongest.kind != "sxid" else (None, None, None)

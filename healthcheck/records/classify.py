@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .. import datafiles, tomlio
+from ..kernellog.xid_actions import drains
 from .classes import APPLICATION_CLASSES, CLASSES, HARDWARE_CLASSES, UNKNOWN
 
 Evidence = Dict[str, Any]
@@ -166,7 +167,8 @@ def evidence_class(item: Evidence) -> Optional[str]:
         event_kind = item.get("event")
         if event_kind in table["kind_classes"]:
             return table["kind_classes"][event_kind]
-        if item.get("action") not in table["xid_cause_actions"]:
+        action = item.get("action")
+        if not isinstance(action, str) or not drains(action):     # the one Xid-to-drain rule
             return None
         return table["xid_classes"].get(str(item.get("code")), "GPU_XID")
     if kind == "finding":
