@@ -252,7 +252,7 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         # too), never the drain of a bad node.
         print(f"slurm-gpu-epilog: {node}: job {job_id}: record not saved ({result.cls}): {exc}", file=sys.stderr)
         out["record"] = f"not saved: {exc.strerror or exc}"
-    drain = _drain_if_bad(config, backend, node, report.findings, kernel["events"])
+    drain = _drain_if_bad(config, backend, node, report.findings, kernel["events"], sources)
     if drain:
         out["drained"] = drain
     if record.get("entry_wanted"):
@@ -280,11 +280,11 @@ def _nvml_gpus(facts) -> List[Any]:
     return list(facts.nvml.gpus) if facts.nvml is not None else []
 
 
-def _drain_if_bad(config, backend, node: str, findings, events: List[Dict[str, Any]]) -> Optional[str]:
+def _drain_if_bad(config, backend, node: str, findings, events: List[Dict[str, Any]], sources) -> Optional[str]:
     """Drain with our reason when a finding or a job-window Xid says so (the health check's rules)."""
     from .drain import drain_for
 
-    return drain_for(config, backend, node, findings, events)
+    return drain_for(config, backend, node, findings, events, by="epilog", sources=sources)
 
 
 if __name__ == "__main__":

@@ -154,12 +154,14 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     from healthcheck.records.late import amend_recent_jobs
     from healthcheck.watchdog import note
 
+    from healthcheck.actions.gate import BUDGET_RULE
+
     from .delivery import backend_for
-    from .drain import BUDGET_RULE, drain_or_refuse
+    from .drain import drain_or_refuse
 
     items = [ev.finding_evidence(f) for f in bad]
     result.update(result="bad-node", findings=[f"{f.check} {f.message}" for f in bad])
-    drained, rule = drain_or_refuse(config, backend_for(config), node, bad, [])
+    drained, rule = drain_or_refuse(config, backend_for(config), node, bad, [], by="prolog", sources=sources)
     if drained:
         note("drain", "applied")           # ours already (another hook's drain): the job stays stopped
         result["drained"] = drained

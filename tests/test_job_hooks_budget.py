@@ -6,6 +6,7 @@ import pytest
 from healthcheck.config import Config
 from healthcheck.findings import Finding
 from healthcheck.slurm.fake import FakeBackend
+from healthcheck.actions import gate
 from slurm_hooks import drain
 
 OURS = "gpu-hooks: v1 gpu.lost gpu5; GPU 5 lost"
@@ -13,7 +14,7 @@ OURS = "gpu-hooks: v1 gpu.lost gpu5; GPU 5 lost"
 
 @pytest.fixture(autouse=True)
 def no_settle(monkeypatch):
-    monkeypatch.setattr("healthcheck.health.run.BUDGET_SETTLE_S", 0.0)
+    monkeypatch.setattr("healthcheck.actions.gate.BUDGET_SETTLE_S", 0.0)
 
 
 def config(**health):
@@ -43,7 +44,7 @@ def test_under_the_budget_the_node_is_drained_with_our_reason():
 def test_a_spent_budget_refuses_the_drain_and_says_so(capsys):
     fake = backend("gpu1")
     reason, rule = drain.drain_or_refuse(config(), fake, "gpu2", [lost()], [])
-    assert (reason, rule) == (None, drain.BUDGET_RULE)
+    assert (reason, rule) == (None, gate.BUDGET_RULE)
     assert [call[:2] for call in fake.writes()] == [("drain", "gpu1")]      # only the first one
     err = capsys.readouterr().err
     assert "gpu2: not drained (drain-budget)" in err and "gpu1" in err
@@ -74,11 +75,13 @@ def test_a_drain_that_lost_a_race_with_another_node_is_undone(monkeypatch):
     monkeypatch.setattr(fake, "drain", both_at_once)
     monkeypatch.setattr("time.time", lambda: 1001.0)
     reason, rule = drain.drain_or_refuse(config(), fake, "gpu2", [lost()], [])
-    assert (reason, rule) == (None, drain.BUDGET_RULE)
+    assert (reason, rule) == (None, gate.BUDGET_RULE)
     assert fake.node("gpu1").drained and not fake.node("gpu2").drained
 
 
-def test_slurm_not_answering_the_budget_query_refuses(monkeypatch):
+def test_slurm_not_answering_the_budget_query_refuses_under_the_one_name(monkeypatch):
+    """Slurm not answering is ``slurm-unreachable-fault`` wherever it happens (the node query or
+    the budget's), in every hook: the gate has one name for it."""
     fake = backend()
     calls = []
 
@@ -87,7 +90,7 @@ def test_slurm_not_answering_the_budget_query_refuses(monkeypatch):
         raise drain_error()
     monkeypatch.setattr(fake, "nodes", nodes)
     reason, rule = drain.drain_or_refuse(config(), fake, "gpu2", [lost()], [])
-    assert (reason, rule) == (None, drain.BUDGET_RULE) and calls == ["nodes"]
+    assert (reason, rule) == (None, gate.SLURM_UNREACHABLE) and calls == ["nodes"]
     assert not fake.node("gpu2").drained
 
 

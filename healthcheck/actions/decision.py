@@ -26,6 +26,8 @@ from ..slurm.backend import NodeInfo, drain_argv, resume_argv
 from .cause import drain_causes
 
 KINDS = ("none", "drain", "resume", "blocked", "leave-alone")
+# The kinds that change Slurm (each has its edge in ``gate.EDGES``).
+CHANGING_KINDS = ("drain", "resume")
 RESUME_MODES = ("auto", "after_reboot", "never")
 
 # Flags of a node Slurm itself is busy with (Slurm 22.05 spelling in ``scontrol show node -o``;
@@ -69,7 +71,7 @@ class Decision:
 
     @property
     def changes_slurm(self) -> bool:
-        return self.kind in ("drain", "resume")
+        return self.kind in CHANGING_KINDS
 
 
 @dataclass(frozen=True)

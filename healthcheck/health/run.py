@@ -9,31 +9,23 @@ next run judges the same events again.
 """
 from __future__ import annotations
 
-import contextlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from ..actions.apply import Applied, apply
-from ..actions.decision import Decision, decide
-from ..actions.serial import decision_lock_wait_s, deciding_alone
+from ..actions.apply import Applied
+from ..actions.decision import Decision
 from ..config import Config
 from ..findings import unseen, without_timeout_drains
 from ..runner import Report, run_checks
-from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError
+from ..slurm.backend import SlurmBackend
 from ..sources import NodeSources
 from . import state as node_state
-from .budget import keeps_its_drain, over_budget
-from .policy import REPEAT_CHECK, HealthPolicy
+from .policy import HealthPolicy
 from .tally import Tally, causes_of, tally
 
 TIER = "health"
 CONSUMER = "hook"
-# Nodes decide their drains at the same moment (slurmd fires every node's health check on one
-# interval), each after one query that cannot see the others' drains yet. The re-check after our
-# drain waits this long first, so every concurrent drain is visible to every node and all of them
-# rank the drains alike; otherwise two nodes each see only themselves and both keep their drains.
-BUDGET_SETTLE_S = 2.0
 
 
 @dataclass
@@ -106,33 +98,14 @@ def _late_evidence(run: "HealthRun", config: Config) -> Any:
 POST_DECISION_STEPS: List[PostStep] = [_late_evidence]
 
 
-def read_boot_id(path: str) -> str:
-    try:
-        with open(path, encoding="ascii", errors="replace") as handle:
-            return handle.read(128).strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
-def _drain_policy(policy: HealthPolicy, previous: node_state.NodeState):
-    by_cause = {previous.drained.cause: previous.drained.resume_mode} if previous.drained else {}
-    by_check = dict(policy.resume_by_check)
-    by_check[REPEAT_CHECK] = "never"
-    return replace(policy.drain, resume_default=policy.resume_default, resume_by_check=by_check,
-                   resume_by_cause=by_cause)
-
-
-def _blocked(decision: Decision, rule: str, why: str) -> Decision:
-    return Decision("blocked", decision.node, rule, why, reason=decision.reason, cause=decision.cause,
-                    scontrol=decision.scontrol)
-
-
 def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSources,
                dry_run: bool = False, now: Optional[float] = None) -> HealthRun:
+    from ..actions import gate
+
     started = time.time() if now is None else now
     clock = time.monotonic()
     policy = HealthPolicy.from_config(config)
-    boot = read_boot_id(sources.boot_id_path)
+    boot = gate.read_boot_id(sources.boot_id_path)
     previous = node_state.load(sources.state_dir, node)
     runs_in_boot = previous.runs_in_boot + 1 if previous.boot_id == boot else 1
     in_grace = runs_in_boot <= policy.boot_grace_runs
@@ -141,57 +114,26 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     without_timeout_drains(report.findings, policy.drain_on_probe_timeout)
     counted = tally(causes_of(report.findings, policy), previous.failing, previous.xid_boots, boot, in_grace, policy)
 
-    notes: List[str] = []
-    # From the Slurm read to the applied decision, this node's other hooks wait (no double drain).
-    serial = contextlib.nullcontext() if dry_run else deciding_alone(sources.state_dir, node, decision_lock_wait_s(config))
-    with serial as unlocked:
-        if unlocked:
-            notes.append(unlocked)
-        # The one Slurm query of a healthy run: this node.
-        try:
-            info: Optional[NodeInfo] = backend.node(node)
-            slurm_error = ""
-        except SlurmError as exc:
-            info, slurm_error = None, str(exc)
-        rebooted = (previous.drained.boot_id != boot) if previous.drained else None
-        decision = decide(node, info, report.findings, _drain_policy(policy, previous), slurm_error=slurm_error,
-                          rebooted_since_drain=rebooted, causes=[cause.reason for cause in counted.confirmed],
-                          pending=bool(counted.pending), unseen=unseen(report.findings))
-        budget_blocked = False
-        if decision.kind == "drain" and decision.rule == "drain" and policy.budget_enabled:
-            try:
-                why = over_budget(backend.nodes(), node, policy, started)
-            except SlurmError as exc:
-                why = None
-                decision = _blocked(decision, "slurm-unreachable-fault",
-                                    f"Slurm could not be asked for the drain budget ({exc}); not draining now")
-            if why:
-                budget_blocked = True
-                decision = _blocked(decision, "drain-budget", f"{why}: not draining for {decision.cause.cause}")
-
-        applied = apply(backend, decision, dry_run=dry_run)
-        if applied.done and decision.rule == "drain" and policy.budget_enabled:
-            try:
-                time.sleep(BUDGET_SETTLE_S)
-                if not keeps_its_drain(backend.nodes(), node, policy, time.time()):
-                    backend.resume(node)
-                    budget_blocked = True
-                    notes.append("another node drained at the same time and the budget holds one fewer: "
-                                 "this drain was undone")
-                    decision = _blocked(decision, "drain-budget", "drain budget spent by a concurrent drain; undone")
-                    applied = Applied(decision, applied.argv, done=False)
-            except SlurmError as exc:
-                notes.append(f"drain budget not re-checked after the drain: {exc}")
-
-    result = HealthRun(node=node, report=report, decision=decision, applied=applied, tally=counted, boot_id=boot,
-                       in_grace=in_grace, dry_run=dry_run, started=started, notes=notes,
-                       checks=list(config.tier(TIER)))
-    if not dry_run:
-        result.state = _next_state(previous, result, info, boot, runs_in_boot, budget_blocked, policy)
-        node_state.save(sources.state_dir, node, result.state)
-        if _settled(result):
-            report.add(report.commit())
-            result.committed = True
+    # The drain gate: from the Slurm read to the saved state, this node's other hooks wait (no
+    # double drain), and the drain record is the one they keep (whoever drained).
+    request = gate.Request("judge", node, "healthcheck", findings=tuple(report.findings),
+                           causes=tuple(counted.confirmed), pending=bool(counted.pending),
+                           unseen=unseen(report.findings), boot_id=boot, now=started)
+    with gate.session(config, backend, node, state_dir=sources.state_dir, policy=policy, dry_run=dry_run) as door:
+        outcome = door.submit(request)
+        result = HealthRun(node=node, report=report, decision=outcome.decision, applied=outcome.applied,
+                           tally=counted, boot_id=boot, in_grace=in_grace, dry_run=dry_run, started=started,
+                           notes=outcome.notes, checks=list(config.tier(TIER)))
+        if not dry_run:
+            result.state = node_state.NodeState(
+                boot_id=boot, runs_in_boot=runs_in_boot, failing=counted.failing, xid_boots=counted.xid_boots,
+                drained=door.state.drained, budget_blocks=previous.budget_blocks + (1 if outcome.budget_blocked else 0))
+            problem = door.save(result.state)
+            if problem:
+                raise OSError(problem)
+    if not dry_run and _settled(result):
+        report.add(report.commit())
+        result.committed = True
     result.duration_s = time.monotonic() - clock
     return result
 
@@ -204,23 +146,3 @@ def _settled(run: HealthRun) -> bool:
     if run.decision.kind == "blocked":
         return run.decision.rule == "actions-off"
     return True
-
-
-def _next_state(previous: node_state.NodeState, run: HealthRun, info: Optional[NodeInfo], boot: str,
-                runs_in_boot: int, budget_blocked: bool, policy: HealthPolicy) -> node_state.NodeState:
-    drained = previous.drained
-    decision = run.decision
-    if run.applied.done and decision.kind == "drain":
-        mode = next((c.resume_mode for c in run.tally.confirmed if c.key == decision.cause.cause), "auto")
-        findings = [c.finding.to_json() for c in run.tally.confirmed]
-        drained = node_state.Drained(cause=decision.cause.cause, resume_mode=mode, boot_id=boot, at=run.started,
-                                     reason=decision.reason or "", evidence=findings)
-    elif run.applied.done and decision.kind == "resume":
-        drained = None
-    elif info is not None and not (info.drained or info.down):
-        drained = None                       # resumed by someone (an admin, slurm-gpu resume)
-    elif info is not None and decision.rule in ("foreign-reason", "foreign-out-of-service"):
-        drained = None                       # someone else's now
-    return node_state.NodeState(boot_id=boot, runs_in_boot=runs_in_boot, failing=run.tally.failing,
-                                xid_boots=run.tally.xid_boots, drained=drained,
-                                budget_blocks=previous.budget_blocks + (1 if budget_blocked else 0))

@@ -31,6 +31,7 @@ class Drained:
     at: float
     reason: str = ""
     evidence: List[Dict[str, Any]] = field(default_factory=list)   # the findings we drained for
+    by: str = ""                 # the hook that drained: healthcheck | prolog | epilog ("": before it was kept)
 
 
 @dataclass

@@ -95,6 +95,14 @@ def local_epoch(text: str) -> Optional[float]:
         return None
 
 
+def one_node(name: str) -> str:
+    """``name`` when it names one node; a hostlist (``gpu[1-3]``, ``gpu1,gpu2``) is refused:
+    scontrol would change every node in it, ours or not, and the drain gate decides per node."""
+    if not name or any(ch in name for ch in "[],= \t\n"):
+        raise SlurmError(f"{name!r} is not one node name: a node is changed one at a time")
+    return name
+
+
 def drain_argv(name: str, reason: str) -> Tuple[str, ...]:
     """scontrol's arguments for a drain: what ``--dry-run`` prints and the backend runs."""
     return ("update", f"nodename={name}", "state=drain", f"reason={reason}")

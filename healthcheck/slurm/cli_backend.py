@@ -10,7 +10,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import bounded
-from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, local_epoch, resume_argv
+from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, local_epoch, one_node, resume_argv
 
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 FIELD_SEPARATOR = "\x1f"   # cannot appear in a typed comment, unlike "|"
@@ -200,10 +200,10 @@ class CliBackend:
         return nodes
 
     def drain(self, name: str, reason: str) -> None:
-        self.run("scontrol", drain_argv(name, reason))
+        self.run("scontrol", drain_argv(one_node(name), reason))
 
     def resume(self, name: str) -> None:
-        self.run("scontrol", resume_argv(name))
+        self.run("scontrol", resume_argv(one_node(name)))
 
     # -- jobs ------------------------------------------------------------------------------
     def job(self, job_id: str) -> Optional[JobInfo]:

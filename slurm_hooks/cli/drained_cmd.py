@@ -1,5 +1,6 @@
-"""``slurm-gpu drained [--all] [--json]`` and ``slurm-gpu resume NODE [--force]``: the admin's
-review of drained nodes, and the way back into service that re-checks the node first."""
+"""``slurm-gpu drained [--all] [--json]`` and ``slurm-gpu resume HOSTLIST [--force]``: the admin's
+review of drained nodes, and the way back into service that re-checks each node first and
+resumes it through the drain gate (``healthcheck.actions.gate``)."""
 from __future__ import annotations
 
 import json
@@ -38,6 +39,7 @@ def row(node: NodeInfo, prefix: str, state_dir: str) -> Dict[str, Any]:
     evidence: Optional[List[Dict[str, Any]]] = None
     recommended = None
     cause = None
+    drained_by = None
     if ours:
         parsed = parse_reason(node.reason, prefix)
         cause = parsed.cause if parsed is not None and parsed.check else None
@@ -45,11 +47,12 @@ def row(node: NodeInfo, prefix: str, state_dir: str) -> Dict[str, Any]:
         if record is not None and (cause is None or record.cause == cause):
             evidence = record.evidence
             recommended = RECOMMENDED.get(record.resume_mode, "").format(node=node.name) or None
+            drained_by = record.by or None
     elif node.reason:
         recommended = f"not drained by this tool: ask {node.reason_user or 'whoever set it'}"
     return {"node": node.name, "state": node.state, "reason": node.reason or None, "ours": ours,
             "set_by": node.reason_user or None, "since": _iso(node.reason_epoch), "since_epoch": node.reason_epoch,
-            "cause": cause, "evidence": evidence, "recommended": recommended}
+            "cause": cause, "evidence": evidence, "recommended": recommended, "drained_by": drained_by}
 
 
 @click.command()
@@ -86,59 +89,55 @@ def drained(config_path: Optional[str], show_all: bool, as_json: bool) -> None:
 
 @click.command()
 @config_option
-@click.argument("node")
+@click.argument("hostlist")
 @click.option("--force", is_flag=True, help="Resume even a drain this tool did not set.")
-def resume(config_path: Optional[str], node: str, force: bool) -> None:
-    """Re-run the node's health checks and resume it in Slurm only when they pass; drains this
-    tool did not set are refused unless --force.
+def resume(config_path: Optional[str], hostlist: str, force: bool) -> None:
+    """Re-run each node's health checks and resume it in Slurm only when they pass; drains this
+    tool did not set are refused unless --force. HOSTLIST is one node or a Slurm hostlist
+    (gpu[1-3]); each node goes through the drain gate on its own, under its lock.
 
     Example: slurm-gpu resume gpu2
     """
-    from healthcheck.config import node_name
-    from healthcheck.runner import run_checks
-
     config = load_config(config_path)
-    prefix = config.section("drain")["reason_prefix"]
-    if config.backend != "sim" and node != node_name(None):
-        fail(f"run this on {node} itself: the checks read that node's GPUs and links")
     backend = _backend(config)
     try:
-        info = backend.node(node)
-    except SlurmError as exc:
-        fail(str(exc), code=1)
-    if not (info.drained or info.down or info.has("FAIL")):
-        click.echo(f"{node}: {info.state}, not drained: nothing to resume")
-        return
-    if info.reason and not is_ours(info.reason, prefix) and not force:
-        fail(f"{node} was drained by {info.reason_user or 'someone else'} ({info.reason!r}), not by this tool: "
-             "refusing without --force", code=1)
+        nodes = backend.expand_hostlist(hostlist)
+    except Exception as exc:  # noqa: BLE001 - python-hostlist raises its own BadHostlist
+        fail(f"{hostlist!r} is not a hostlist: {exc}")
+    if not nodes:
+        fail(f"{hostlist!r} names no node")
+    refused = [node for node in nodes if not _resume_one(config, backend, node, force)]
+    if refused:
+        fail(f"{', '.join(refused)} not resumed" if len(nodes) > 1 else f"{refused[0]} not resumed", code=1)
+
+
+def _resume_one(config, backend, node: str, force: bool) -> bool:
+    """One node through the gate; False when it was refused (said on stderr)."""
+    from healthcheck.actions import gate
+    from healthcheck.config import node_name
+    from healthcheck.findings import unseen
+    from healthcheck.runner import run_checks
+
+    if config.backend != "sim" and node != node_name(None):
+        click.echo(f"slurm-gpu: run this on {node} itself: the checks read that node's GPUs and links", err=True)
+        return False
     report = run_checks(config, node, "health", consumer="cli", commit=True)
-    blocking = [finding for finding in report.findings if is_drain_finding(finding)]
-    if blocking:
-        for finding in blocking:
-            click.echo(f"  {finding.status} {finding.check}: {finding.message}", err=True)
-        fail(f"{node} is still unhealthy ({len(blocking)} finding(s) that drain): not resumed", code=1)
-    try:
-        backend.resume(node)
-    except SlurmError as exc:
-        fail(str(exc), code=1)
-    _forget(config.state_dir, node, info, prefix)
-    click.echo(f"{node}: every check passes; resumed (was: {info.reason or info.state})")
-
-
-def _forget(state_dir: str, node: str, info: NodeInfo, prefix: str) -> None:
-    """An admin resumed the node: our drain record goes, and the Xid reboot count of the cause
-    (someone looked at the GPU)."""
-    from healthcheck.health import state as node_state
-
-    record = node_state.load(state_dir, node)
-    record.drained = None
-    parsed = parse_reason(info.reason, prefix)
-    if parsed is not None and parsed.xid is not None:
-        record.xid_boots = {key: boots for key, boots in record.xid_boots.items()
-                            if not key.endswith(f" xid:{parsed.xid}")}
-    record.failing = {}
-    try:
-        node_state.save(state_dir, node, record)
-    except OSError as exc:
-        click.echo(f"slurm-gpu: {node}: health state not updated: {exc.strerror or exc}", err=True)
+    request = gate.Request("resume", node, "cli", findings=tuple(report.findings), unseen=unseen(report.findings),
+                           force=force)
+    outcome = gate.submit(config, backend, request)
+    for line in outcome.notes:
+        click.echo(f"slurm-gpu: {node}: {line}", err=True)
+    decision = outcome.decision
+    if outcome.applied.done:
+        info = outcome.info
+        click.echo(f"{node}: every check passes; resumed (was: {info.reason or info.state})")
+        return True
+    if decision.rule == "in-service":
+        click.echo(f"{node}: {decision.why}")
+        return True
+    if decision.rule == "resume-unhealthy":
+        for finding in report.findings:
+            if is_drain_finding(finding):
+                click.echo(f"  {finding.status} {finding.check}: {finding.message}", err=True)
+    click.echo(f"slurm-gpu: {node}: {outcome.applied.error or decision.why}", err=True)
+    return False

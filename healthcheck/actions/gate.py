@@ -1,0 +1,376 @@
+"""The drain gate: the one module of the product through which Slurm's node state changes.
+
+Every hook (health check, prolog, epilog) and ``slurm-gpu resume`` hand the gate a ``Request``
+(who asks, for which node, what was found) and get an ``Outcome`` back. In between, the gate
+alone does, in this order, under the node's decision lock (``serial.deciding_alone``):
+
+1. read what the health state remembers of our drain (cause, resume mode, boot: the *record*);
+2. read the node from Slurm (``backend.node``; no answer: ``slurm-unreachable-fault``, no change);
+3. decide (pure: ``decision.decide`` for a drain or a judged run, ``_admin_resume`` for the CLI):
+   ownership (a reason that is not ours is never overwritten nor resumed), Slurm busy with the
+   node, the resume mode and the reboot since the drain;
+4. the drain budget for a new drain (``health.budget``; Slurm not answering the budget query is
+   ``slurm-unreachable-fault`` too: one name for Slurm not answering);
+5. apply: the one call that changes Slurm (``EDGES``), said to the watchdog before and after;
+6. after a new drain, the budget again once concurrent drains are visible, and our drain undone
+   when it is beyond the budget (``drain-budget``);
+7. the record: a drain applied by any hook records its cause, resume mode, boot and evidence, so
+   the health check knows it (the reboot-aware resume) and ``slurm-gpu drained`` shows it; a
+   resume forgets it.
+
+Slurm's failures come back in the outcome as one line, never as an exception.
+
+Adding an action (the remediation's reboot: ``scontrol reboot ASAP nextstate=RESUME reason=...``)
+is one intent in ``DECIDERS``, one kind in ``decision.CHANGING_KINDS`` and one edge in ``EDGES``;
+it then gets the lock, the record, the control-plane faults and the watchdog notes from here.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from ..findings import Finding
+from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, resume_argv
+from ..watchdog import note
+from .decision import Decision, decide
+
+# One name for "Slurm could not answer", whether the node query or the drain budget's query.
+SLURM_UNREACHABLE = "slurm-unreachable-fault"
+# The drain budget refused a new drain, or undid one a concurrent drain put beyond it.
+BUDGET_RULE = "drain-budget"
+# Nodes decide their drains at the same moment (slurmd fires every node's health check on one
+# interval), each after one query that cannot see the others' drains yet. The re-check after our
+# drain waits this long first, so every concurrent drain is visible to every node and all of them
+# rank the drains alike; otherwise two nodes each see only themselves and both keep their drains.
+BUDGET_SETTLE_S = 2.0
+# Rules after which the drain record is forgotten: the node is someone else's now.
+FOREIGN_RULES = ("foreign-reason", "foreign-out-of-service")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a caller asks of the gate for one node.
+
+    intent: ``judge`` (the health check: drain or resume, as the findings say), ``drain`` (the
+    prolog and epilog: drain when a finding asks for it, never resume), ``resume`` (an admin's
+    ``slurm-gpu resume``: resume our drain when no finding drains; ``force``: any drain)."""
+    intent: str
+    node: str
+    by: str                                        # healthcheck | prolog | epilog | cli
+    findings: Tuple[Finding, ...] = ()
+    causes: Optional[Tuple[Any, ...]] = None       # health.tally.Cause, confirmed; None: every drain finding's
+    pending: bool = False                          # drain findings still waiting for confirmation
+    unseen: bool = False                           # a probe did not answer (findings.unseen)
+    boot_id: str = "unknown"                       # the running boot (``read_boot_id``)
+    force: bool = False                            # resume: also a drain that is not ours
+    now: Optional[float] = None
+
+
+@dataclass
+class Applied:
+    decision: Decision
+    argv: Optional[List[str]]        # ["scontrol", "update", ...] run (or, dry run, that would run)
+    done: bool                       # Slurm was changed
+    dry_run: bool = False
+    error: Optional[str] = None      # one line: why the change failed
+
+    @property
+    def settled(self) -> bool:
+        """Nothing is left to do for this decision: applied, or nothing to apply."""
+        return self.error is None and (self.done or not self.decision.changes_slurm)
+
+
+@dataclass
+class Outcome:
+    request: Request
+    decision: Decision
+    applied: Applied
+    info: Optional[NodeInfo]                       # the node as Slurm showed it (None: no answer)
+    notes: List[str] = field(default_factory=list)     # lines for the log (lock, budget, undo)
+    budget_blocked: bool = False                   # the budget refused or undid the drain
+
+    @property
+    def rule(self) -> str:
+        return self.decision.rule
+
+    @property
+    def done(self) -> bool:
+        return self.applied.done
+
+
+# -- the edge ----------------------------------------------------------------------------------------
+
+def _drain(backend: SlurmBackend, decision: Decision) -> None:
+    backend.drain(decision.node, decision.reason or "")
+
+
+def _resume(backend: SlurmBackend, decision: Decision) -> None:
+    backend.resume(decision.node)
+
+
+# Decision kind -> the backend call that changes Slurm. The only calls of the backend's writing
+# node functions in the product (tests/test_gate_only.py holds it).
+EDGES: Dict[str, Callable[[SlurmBackend, Decision], None]] = {"drain": _drain, "resume": _resume}
+
+
+def apply(backend: SlurmBackend, decision: Decision, dry_run: bool = False) -> Applied:
+    """Run the scontrol call the decision names (``dry_run``: only say what would run); Slurm's
+    failure comes back as ``Applied.error``, never raised: the caller logs it and, because
+    nothing was applied, does not commit what it read (the next run decides again)."""
+    argv = ["scontrol", *decision.scontrol] if decision.scontrol else None
+    if not decision.changes_slurm:
+        return Applied(decision, argv, done=False, dry_run=dry_run)
+    if dry_run:
+        return Applied(decision, argv, done=False, dry_run=True)
+    # Said before the call: a watchdog that fires while scontrol runs cannot know whether Slurm
+    # took the change, and the hook's exit must assume it did (healthcheck.watchdog).
+    note(decision.kind, "applying")
+    try:
+        EDGES[decision.kind](backend, decision)
+    except SlurmError as exc:
+        note(decision.kind, "failed")
+        return Applied(decision, argv, done=False, error=str(exc))
+    note(decision.kind, "applied")
+    return Applied(decision, argv, done=True)
+
+
+# -- boot bookkeeping ----------------------------------------------------------------------------------
+
+def read_boot_id(path: str) -> str:
+    """The running boot's id (``/proc/sys/kernel/random/boot_id``, the simulator's file), or
+    "unknown"."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read(128).strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+# -- deciding ----------------------------------------------------------------------------------------
+
+def blocked(decision: Decision, rule: str, why: str) -> Decision:
+    return Decision("blocked", decision.node, rule, why, reason=decision.reason, cause=decision.cause,
+                    scontrol=decision.scontrol)
+
+
+def drain_policy(policy, record):
+    """The decision's policy: our reason's format and master switch from ``[drain]``, resume modes
+    from ``[health]``, the recorded drain's own mode for its cause."""
+    from ..health.policy import REPEAT_CHECK
+
+    by_cause = {record.cause: record.resume_mode} if record is not None else {}
+    by_check = dict(policy.resume_by_check)
+    by_check[REPEAT_CHECK] = "never"
+    return replace(policy.drain, resume_default=policy.resume_default, resume_by_check=by_check,
+                   resume_by_cause=by_cause)
+
+
+def causes_for(request: Request, policy) -> List[Any]:
+    """The request's drain causes (``health.tally.Cause``: reason, finding, resume mode)."""
+    if request.causes is not None:
+        return list(request.causes)
+    from ..health.tally import causes_of
+
+    return causes_of(request.findings, policy)
+
+
+def _judge(request: Request, info: Optional[NodeInfo], slurm_error: str, policy, record,
+           causes: List[Any]) -> Decision:
+    rebooted = (record.boot_id != request.boot_id) if record is not None else None
+    decision = decide(request.node, info, request.findings, drain_policy(policy, record), slurm_error=slurm_error,
+                      rebooted_since_drain=rebooted, causes=[cause.reason for cause in causes],
+                      pending=request.pending, unseen=request.unseen)
+    if request.intent == "drain" and decision.kind == "resume":       # a drain request never resumes
+        return Decision("none", request.node, "healthy", "no drain finding", reason=decision.reason)
+    return decision
+
+
+def _admin_resume(request: Request, info: Optional[NodeInfo], slurm_error: str, policy, record,
+                  causes: List[Any]) -> Decision:
+    """``slurm-gpu resume``: an admin's explicit resume of one node, after its checks ran."""
+    from ..drain_reason import is_ours, parse_reason
+
+    node = request.node
+    if info is None:
+        return Decision("blocked", node, SLURM_UNREACHABLE, f"Slurm could not be asked ({slurm_error or 'no answer'})")
+    prefix = policy.drain.reason_prefix
+    ours = parse_reason(info.reason, prefix) if info.reason else None
+    if not (info.drained or info.down or info.has("FAIL")):
+        return Decision("none", node, "in-service", f"{info.state}, not drained: nothing to resume")
+    if info.reason and not is_ours(info.reason, prefix) and not request.force:
+        return Decision("leave-alone", node, "foreign-reason",
+                        f"drained by {info.reason_user or 'someone else'} ({info.reason!r}), not by this tool: "
+                        "refusing without --force", reason=info.reason)
+    if causes:
+        return Decision("none", node, "resume-unhealthy",
+                        f"still unhealthy ({len(causes)} finding(s) that drain): not resumed",
+                        reason=info.reason or None, cause=ours)
+    if request.unseen:
+        return Decision("none", node, "resume-wait-unseen",
+                        "a probe did not answer, so no check passed: not resumed", reason=info.reason or None,
+                        cause=ours)
+    return Decision("resume", node, "admin-resume", f"every check passes; was: {info.reason or info.state}",
+                    reason=info.reason or None, cause=ours, scontrol=resume_argv(node))
+
+
+# intent -> the pure decision for it. The remediation adds "reboot".
+DECIDERS: Dict[str, Callable[..., Decision]] = {"judge": _judge, "drain": _judge, "resume": _admin_resume}
+
+
+# -- the session: the node's lock held from reading Slurm to the saved record -------------------------
+
+class Session:
+    """One node's gate, its decision lock held (``session``). ``state`` is the health state read
+    under the lock; ``submit`` decides and applies one request and keeps the drain record in
+    ``state``; ``save`` writes it (never in a dry run)."""
+
+    def __init__(self, config, backend: SlurmBackend, node: str, state_dir: str, policy, dry_run: bool,
+                 unlocked: Optional[str]):
+        from ..health import state as node_state
+
+        self.config, self.backend, self.node = config, backend, node
+        self.state_dir, self.policy, self.dry_run = state_dir, policy, dry_run
+        self.notes: List[str] = [unlocked] if unlocked else []
+        self.state = node_state.load(state_dir, node)
+
+    def submit(self, request: Request) -> Outcome:
+        now = time.time() if request.now is None else request.now
+        try:
+            info: Optional[NodeInfo] = self.backend.node(request.node)
+            slurm_error = ""
+        except SlurmError as exc:
+            info, slurm_error = None, str(exc)
+        record = self.state.drained
+        causes = causes_for(request, self.policy)
+        decision = DECIDERS[request.intent](request, info, slurm_error, self.policy, record, causes)
+        outcome = Outcome(request, decision, Applied(decision, None, done=False), info, notes=list(self.notes))
+        self._within_budget(outcome, now)
+        outcome.applied = apply(self.backend, outcome.decision, dry_run=self.dry_run)
+        if outcome.applied.done and outcome.decision.rule == "drain" and not self.dry_run:
+            self._undo_beyond_budget(outcome)
+        self._record(outcome, info, causes, now)
+        return outcome
+
+    def save(self, state=None) -> Optional[str]:
+        """Write the health state (``state``, else the session's); a problem as one line."""
+        from ..health import state as node_state
+
+        if state is not None:
+            self.state = state
+        if self.dry_run:
+            return None
+        try:
+            node_state.save(self.state_dir, self.node, self.state)
+        except (OSError, ValueError) as exc:
+            return f"health state not saved: {getattr(exc, 'strerror', None) or exc}"
+        return None
+
+    # -- the budget --------------------------------------------------------------------------------
+    def _budget_applies(self, decision: Decision) -> bool:
+        return decision.kind == "drain" and decision.rule == "drain" and self.policy.budget_enabled
+
+    def _within_budget(self, outcome: Outcome, now: float) -> None:
+        from ..health.budget import over_budget
+
+        decision = outcome.decision
+        if not self._budget_applies(decision):
+            return
+        try:
+            why = over_budget(self.backend.nodes(), decision.node, self.policy, now)
+        except SlurmError as exc:
+            outcome.decision = blocked(decision, SLURM_UNREACHABLE,
+                                       f"Slurm could not be asked for the drain budget ({exc}); not draining "
+                                       f"for {decision.cause.cause} now, the next run retries")
+            return
+        if why:
+            outcome.budget_blocked = True
+            outcome.decision = blocked(decision, BUDGET_RULE, f"{why}: not draining for {decision.cause.cause}")
+
+    def _undo_beyond_budget(self, outcome: Outcome) -> None:
+        """After our drain: other nodes may have drained at the same moment; the drains beyond
+        the budget (latest first) are undone by their own nodes."""
+        from ..health.budget import keeps_its_drain
+
+        decision = outcome.decision
+        try:
+            time.sleep(BUDGET_SETTLE_S)
+            if keeps_its_drain(self.backend.nodes(), decision.node, self.policy, time.time()):
+                return
+            self.backend.resume(decision.node)
+            note("drain", "undone")             # the prolog's watchdog: the job may run after all
+        except SlurmError as exc:
+            outcome.notes.append(f"drain budget not re-checked after the drain: {exc}")
+            return
+        outcome.budget_blocked = True
+        outcome.notes.append(f"drain undone ({BUDGET_RULE}): another node drained at the same time and the "
+                             f"budget holds one fewer; wanted: {decision.reason}")
+        outcome.decision = blocked(decision, BUDGET_RULE, "drain budget spent by a concurrent drain; undone")
+        outcome.applied = Applied(outcome.decision, outcome.applied.argv, done=False)
+
+    # -- the record --------------------------------------------------------------------------------
+    def _record(self, outcome: Outcome, info: Optional[NodeInfo], causes: List[Any], now: float) -> None:
+        from ..health import state as node_state
+
+        decision, request = outcome.decision, outcome.request
+        if outcome.applied.done and decision.kind == "drain":
+            mode = next((c.resume_mode for c in causes if c.key == decision.cause.cause), None)
+            if mode is None:
+                mode = self.policy.resume_mode(decision.cause.check or "")
+            self.state.drained = node_state.Drained(
+                cause=decision.cause.cause, resume_mode=mode, boot_id=request.boot_id, at=now,
+                reason=decision.reason or "", evidence=[c.finding.to_json() for c in causes], by=request.by)
+        elif outcome.applied.done and decision.kind == "resume":
+            if request.intent == "resume":
+                _forget_inspection(self.state, info, self.policy.drain.reason_prefix)
+            self.state.drained = None
+        elif info is not None and not (info.drained or info.down):
+            self.state.drained = None            # resumed by someone (an admin, slurm-gpu resume)
+        elif info is not None and decision.rule in FOREIGN_RULES:
+            self.state.drained = None            # someone else's now
+
+
+def _forget_inspection(state, info: Optional[NodeInfo], prefix: str) -> None:
+    """An admin resumed the node: the Xid reboot count of its cause goes (someone looked at the
+    GPU), and the failing runs."""
+    from ..drain_reason import parse_reason
+
+    parsed = parse_reason(info.reason, prefix) if info is not None and info.reason else None
+    if parsed is not None and parsed.xid is not None:
+        state.xid_boots = {key: boots for key, boots in state.xid_boots.items()
+                           if not key.endswith(f" xid:{parsed.xid}")}
+    state.failing = {}
+
+
+@contextlib.contextmanager
+def session(config, backend: SlurmBackend, node: str, state_dir: Optional[str] = None, policy=None,
+            dry_run: bool = False) -> Iterator[Session]:
+    """The node's gate with its decision lock held (none in a dry run: nothing changes). A lock
+    that cannot be had is a note, and the gate decides anyway: a drain is never lost for it."""
+    from .serial import decision_lock_wait_s, deciding_alone
+
+    if policy is None:
+        from ..health.policy import HealthPolicy
+
+        policy = HealthPolicy.from_config(config)
+    state_dir = config.state_dir if state_dir is None else state_dir
+    lock = contextlib.nullcontext() if dry_run else deciding_alone(state_dir, node, decision_lock_wait_s(config))
+    with lock as unlocked:
+        yield Session(config, backend, node, state_dir, policy, dry_run, unlocked)
+
+
+def submit(config, backend: SlurmBackend, request: Request, state_dir: Optional[str] = None,
+           dry_run: bool = False) -> Outcome:
+    """One request through the gate, its record saved: what the prolog, the epilog and
+    ``slurm-gpu resume`` call."""
+    with session(config, backend, request.node, state_dir=state_dir, dry_run=dry_run) as gate:
+        outcome = gate.submit(request)
+        problem = gate.save()
+        if problem:
+            outcome.notes.append(problem)
+    return outcome
+
+
+__all__: Sequence[str] = ("Request", "Outcome", "Applied", "Session", "session", "submit", "apply",
+                          "read_boot_id", "SLURM_UNREACHABLE", "BUDGET_RULE", "EDGES", "DECIDERS")

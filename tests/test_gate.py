@@ -1,0 +1,172 @@
+"""The drain gate (``healthcheck/actions/gate.py``): whoever drains (the prolog, the epilog, the
+health check), the drain is recorded with its cause, resume mode and boot, so the health check's
+reboot-aware resume holds and ``slurm-gpu drained`` shows the evidence; ``slurm-gpu resume`` over a
+hostlist resumes ours only. Slurm is the FakeBackend here (argument building and decisions);
+tests/lab/test_lab_gate.py proves the same against the real Slurm."""
+from __future__ import annotations
+
+import pytest
+
+from healthcheck.actions import gate
+from healthcheck.checks.base import CheckInput
+from healthcheck.checks.probe_health import probe_findings
+from healthcheck.facts import NvmlFacts
+from healthcheck.findings import Finding, unseen
+from healthcheck.health import state as node_state
+from healthcheck.health.policy import HealthPolicy
+from healthcheck.sources import sim_sources
+from slurm_hooks import drain
+from slurm_hooks.cli import drained_cmd
+
+from .test_drained_cli import run
+from .test_health_run import PROFILE, Node
+
+
+@pytest.fixture(autouse=True)
+def no_settle(monkeypatch):
+    monkeypatch.setattr(gate, "BUDGET_SETTLE_S", 0.0)
+
+
+def lost(gpu=3):
+    return Finding(check="gpu.lost", status="fail", action="drain", message=f"GPU {gpu} lost", gpu=gpu,
+                   uuid=f"GPU-{gpu}")
+
+
+def sources(node):
+    return sim_sources("gpu2", node.state_dir, PROFILE)
+
+
+def drained_row(node):
+    info = node.slurm.node("gpu2")
+    return drained_cmd.row(info, node.config.section("drain")["reason_prefix"], node.state_dir)
+
+
+def resumed_only_after_a_reboot(node):
+    """The health check on the drained node: healthy again (without a boot), but not resumed
+    until the node rebooted."""
+    node.sim.inject([("gpu.3.state", "ok")])
+    waiting = node.run_once()
+    assert (waiting.decision.kind, waiting.decision.rule) == ("none", "resume-wait-reboot"), waiting.decision
+    assert node.slurm_node.drained
+    node.sim.reboot()
+    back = node.run_once()
+    assert back.decision.kind == "resume" and back.applied.done, back.decision
+    assert not node.slurm_node.drained and node_state.load(node.state_dir, "gpu2").drained is None
+
+
+def test_a_prolog_drain_is_recorded_for_the_health_check_and_the_admin(tmp_path):
+    node = Node(tmp_path)
+    node.sim.inject([("gpu.3.state", "lost")])
+    reason, rule = drain.drain_or_refuse(node.config, node.slurm, "gpu2", [lost()], [], by="prolog",
+                                         sources=sources(node))
+    assert rule == "drain" and reason.startswith("gpu-hooks: v1 gpu.lost gpu3")
+    record = node_state.load(node.state_dir, "gpu2").drained
+    assert (record.cause, record.resume_mode, record.by) == ("gpu.lost gpu3", "after_reboot", "prolog")
+    assert record.boot_id == node.sim.boot_id() and record.evidence[0]["check"] == "gpu.lost"
+    row = drained_row(node)
+    assert row["evidence"] and row["evidence"][0]["uuid"] == "GPU-3" and row["drained_by"] == "prolog"
+    assert row["recommended"].startswith("reboot the node")
+    resumed_only_after_a_reboot(node)
+
+
+def test_an_epilog_drain_for_an_xid_keeps_the_health_checks_resume_mode_for_its_action(tmp_path):
+    node = Node(tmp_path)
+    node.sim.inject([("gpu.3.state", "lost")])
+    xid = {"kind": "xid", "code": 79, "gpu": 3, "action": "reboot", "mnemonic": "GPU_HAS_FALLEN_OFF_THE_BUS"}
+    reason = drain.drain_for(node.config, node.slurm, "gpu2", [], [xid], by="epilog", sources=sources(node))
+    assert reason.startswith("gpu-hooks: v1 kernel.xid gpu3 xid:79")
+    record = node_state.load(node.state_dir, "gpu2").drained
+    policy = HealthPolicy.from_config(node.config)
+    assert record.by == "epilog" and record.resume_mode == policy.resume_mode("kernel.xid", "reboot")
+    assert record.evidence[0]["evidence"]["xid_action"] == "reboot"
+    assert drained_row(node)["recommended"].startswith("reboot the node")
+    resumed_only_after_a_reboot(node)
+
+
+def test_an_epilog_xid_that_asks_for_a_person_is_never_resumed_automatically(tmp_path):
+    node = Node(tmp_path)
+    xid = {"kind": "xid", "code": 95, "gpu": 3, "action": "contact_support"}
+    assert drain.drain_for(node.config, node.slurm, "gpu2", [], [xid], by="epilog", sources=sources(node))
+    assert node_state.load(node.state_dir, "gpu2").drained.resume_mode == "never"
+    node.sim.reboot()
+    assert node.run_once().decision.rule == "resume-never" and node.slurm_node.drained
+
+
+def test_a_job_xid_drains_in_no_hook(tmp_path):
+    node = Node(tmp_path)
+    xid = {"kind": "xid", "code": 13, "gpu": 3, "action": "job"}
+    assert drain.drain_for(node.config, node.slurm, "gpu2", [], [xid], by="epilog", sources=sources(node)) is None
+    assert node.slurm.writes() == []
+
+
+def test_a_health_check_drain_is_recorded_as_its_own(tmp_path):
+    node = Node(tmp_path)
+    node.sim.inject([("gpu.3.state", "lost")])
+    result = node.run_once()
+    assert result.decision.kind == "drain" and result.applied.done
+    assert node_state.load(node.state_dir, "gpu2").drained.by == "healthcheck"
+    resumed_only_after_a_reboot(node)
+
+
+def test_a_drain_by_another_hook_is_not_forgotten_by_a_concurrent_health_check(tmp_path, monkeypatch):
+    """The health check reads the record under the node's lock: a prolog drain that landed while
+    its probes ran is kept, not overwritten by the state it loaded before."""
+    from healthcheck.health import run as health_run
+
+    node = Node(tmp_path)
+    node.sim.inject([("gpu.3.state", "lost")])
+    original = health_run.run_checks
+
+    def checks_while_the_prolog_drains(*args, **kwargs):
+        report = original(*args, **kwargs)
+        drain.drain_or_refuse(node.config, node.slurm, "gpu2", [lost()], [], by="prolog", sources=sources(node))
+        return report
+    monkeypatch.setattr(health_run, "run_checks", checks_while_the_prolog_drains)
+    result = node.run_once()
+    assert result.decision.rule == "drained-same-cause", result.decision
+    assert node_state.load(node.state_dir, "gpu2").drained.by == "prolog"
+
+
+def test_resume_of_a_hostlist_resumes_ours_only(tmp_path, monkeypatch):
+    config = tmp_path / "c.toml"
+    config.write_text(f'[paths]\nstate_dir = "{tmp_path}"\n[gpu]\nbackend = "sim"\n[sim]\nprofile = "{PROFILE}"\n')
+    from healthcheck.slurm.fake import FakeBackend
+
+    fake = FakeBackend()
+    ours = "gpu-hooks: v1 gpu.lost gpu3; GPU 3 lost"
+    fake.add_node("gpu1", "IDLE+DRAIN", ours)
+    fake.add_node("gpu2", "IDLE+DRAIN", "admin: PSU swap", "alice")
+    fake.add_node("gpu3", "IDLE+DRAIN", ours)
+    monkeypatch.setattr(drained_cmd, "_backend", lambda config: fake)
+    done = run("resume", "--config", str(config), "gpu[1-3]")
+    assert done.exit_code == 1 and "gpu2" in done.stderr and "not by this tool" in done.stderr, done.stderr
+    assert fake.writes() == [("resume", "gpu1"), ("resume", "gpu3")]
+    assert fake.node("gpu2").drained and fake.node("gpu2").reason == "admin: PSU swap"
+
+
+def test_a_backend_never_takes_a_hostlist_for_a_node_change():
+    from healthcheck.slurm import SlurmError
+    from healthcheck.slurm.cli_backend import CliBackend
+
+    backend = CliBackend(bin_dir="/nonexistent")
+    for call in (lambda: backend.resume("gpu[1-3]"), lambda: backend.drain("gpu1,gpu2", "x")):
+        with pytest.raises(SlurmError, match="one node"):
+            call()
+
+
+# -- facts, not messages ------------------------------------------------------------------------------
+
+def test_a_probe_that_did_not_answer_is_a_field_not_a_message():
+    reworded = Finding(check="probe.error", status="error", action="warn", message="the GPU driver said nothing",
+                       unanswered=True)
+    named_alike = Finding(check="probe.error", status="error", action="warn", message="NVML probe failed: but not")
+    assert unseen([reworded]) and not unseen([named_alike])
+
+
+def test_the_probe_checks_mark_what_did_not_answer():
+    from healthcheck.config import Config
+
+    config = Config.from_document({}, None)
+    inp = CheckInput(node="gpu1", nvml=NvmlFacts(status="timeout", timeout_s=5.0), actions=config.section("actions"))
+    findings = probe_findings(inp)
+    assert findings and all(f.unanswered for f in findings) and findings[0].to_json()["unanswered"] is True
