@@ -75,25 +75,29 @@ def _node_names_problem(table: Dict[str, Any]) -> Optional[str]:
 NODE_SCHEMA: Dict[str, Any] = {
     "match": Field(str, required=True, check=hostlist_problem,
                    doc="a hostlist expression such as gpu[1-3,7] or a glob such as gpu*"),
-    "gpus": Field(int, minimum=0),
+    "gpus": Field(int, minimum=0, maximum=1024),
     "gpu_model": Field(str),
-    "nvlinks_per_gpu": Field(int, minimum=0),
+    "nvlinks_per_gpu": Field(int, minimum=0, maximum=64),
     "nvswitch_fabric": Field(bool),
     "ib_ports": Field(list, item=Field(str, check=_ib_port_problem, doc="HCA:PORT, e.g. mlx5_0:1")),
-    "ib_rate_gbps": Field(float, minimum=0),
+    "ib_rate_gbps": Field(float, minimum=0, maximum=100000),
     "ib_link_layer": Field(str, choices=("InfiniBand", "Ethernet")),
-    "roce_gid_index": Field(int, minimum=0),
-    "power_limit_w": Field(float, minimum=0),
-    "pcie_gen": Field(int, minimum=1),
-    "pcie_width": Field(int, minimum=1),
+    "roce_gid_index": Field(int, minimum=0, maximum=65535),
+    "power_limit_w": Field(float, minimum=0, maximum=100000),
+    "pcie_gen": Field(int, minimum=1, maximum=16),
+    "pcie_width": Field(int, minimum=1, maximum=64),
     # Facts an older driver may not give (then they fail nothing) that this hardware must report.
     "nvml_required": Field(list, item=Field(str, choices=NVML_DRIVER_FACTS)),
     # slurm-gpu-taskprolog exports the NCCL settings of the node's fabric on these nodes.
     "nccl_env": Field(bool),
 }
 
-_NUMBER = Field(float, minimum=0)
 _MAX_WINDOW_S = 366 * 86400.0      # a year: history and flood state span no more
+# Every numeric key has both bounds (tests/test_config.py holds the schema to it): a value the
+# check accepts never overflows a sleep, a deadline or a float.
+_THRESHOLD_MAX = 1e15               # counters and windows (a float is exact to 2**53)
+_THRESHOLD = Field(float, minimum=0, maximum=_THRESHOLD_MAX)
+_RUN_COUNT_MAX = 1000              # consecutive runs, reboots: a health check runs every few minutes
 _ACTION = Field(str, choices=ACTIONS)
 
 _XID_KEY_DOC = 'an Xid code such as "13", or "sxid:20034" for an NVSwitch SXid'
@@ -123,19 +127,11 @@ def _is_xid_key(key: str) -> bool:
     return digits.isascii() and digits.isdigit() and len(digits) <= 9
 
 
-def _probability_problem(value: float) -> Optional[str]:
-    return f"{value} is above 1" if value > 1 else None
-
-
-def _count_problem(count: int) -> Optional[str]:
-    return f"{count} is above {_XID_MAX_ESCALATION_COUNT}" if count > _XID_MAX_ESCALATION_COUNT else None
-
-
 # [xid] escalate = { "13" = { count = 5, window_s = 3600, action = "reset_gpu" } }: this many
 # separate occurrences (lines closer than burst_s are one occurrence) of one code on one GPU
 # within window_s raise the action.
 _XID_ESCALATION: Dict[str, Any] = {
-    "count": Field(int, minimum=1, required=True, check=_count_problem),
+    "count": Field(int, minimum=1, maximum=_XID_MAX_ESCALATION_COUNT, required=True),
     "window_s": Field(float, minimum=1, maximum=_MAX_WINDOW_S, required=True),
     "action": Field(str, choices=XID_ACTIONS, required=True),
     "burst_s": Field(float, minimum=0, maximum=_MAX_WINDOW_S),
@@ -166,7 +162,7 @@ CONFIG_SCHEMA: Dict[str, Any] = {
                        doc="node name (each becomes a directory name) -> shipped profile name or file path"),
     },
     "nodes": Field(list, item=NODE_SCHEMA),
-    "thresholds": Field(dict, values=_NUMBER),
+    "thresholds": Field(dict, values=_THRESHOLD),
     "actions": Field(dict, values=_ACTION),
     "tiers": Field(dict, values=Field(list, item=Field(str))),
     "xid": {
@@ -183,7 +179,7 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "enabled": Field(bool, doc="the master switch: false, and checks still run but nothing is drained or resumed"),
         "reason_prefix": Field(str, check=_reason_prefix_problem,
                                doc="1-32 printable characters without spaces or '=', e.g. gpu-hooks:"),
-        "max_reason_len": Field(int, minimum=20),
+        "max_reason_len": Field(int, minimum=20, maximum=1024),
     },
     "dcgm": {
         "dcgmi": Field(str),
@@ -192,23 +188,23 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "timeout_s": Field(float, minimum=0, maximum=4 * 3600.0),
     },
     "health": {
-        "deadline_s": Field(float, minimum=1, check=lambda v: None if v < 60 else "must stay below slurmd's 60 s kill",
+        "deadline_s": Field(float, minimum=1, maximum=HOOK_DEADLINE_S,
+                            check=lambda v: None if v < 60 else "must stay below slurmd's 60 s kill",
                             doc="seconds, below 60"),
-        "confirm_runs": Field(int, minimum=1),
-        "confirm": Field(dict, values=Field(int, minimum=1)),
-        "boot_grace_runs": Field(int, minimum=0),
-        "inspect_after_reboots": Field(int, minimum=1),
-        "inspect_after_reboots_xid": Field(dict, values=Field(int, minimum=1), check=_xid_code_keys_problem,
+        "confirm_runs": Field(int, minimum=1, maximum=_RUN_COUNT_MAX),
+        "confirm": Field(dict, values=Field(int, minimum=1, maximum=_RUN_COUNT_MAX)),
+        "boot_grace_runs": Field(int, minimum=0, maximum=_RUN_COUNT_MAX),
+        "inspect_after_reboots": Field(int, minimum=1, maximum=_RUN_COUNT_MAX),
+        "inspect_after_reboots_xid": Field(dict, values=Field(int, minimum=1, maximum=_RUN_COUNT_MAX), check=_xid_code_keys_problem,
                                            doc=_XID_KEY_DOC),
         "resume_default": Field(str, choices=RESUME_MODES),
         "resume": Field(dict, values=Field(str, choices=RESUME_MODES)),
         "resume_xid_action": Field(dict, values=Field(str, choices=RESUME_MODES)),
         "drain_on_probe_timeout": Field(bool),
         "budget_enabled": Field(bool),
-        "budget_max_nodes": Field(int, minimum=0),
-        "budget_max_fraction": Field(float, minimum=0, check=lambda v: None if v <= 1 else "is a fraction",
-                                     doc="0 to 1"),
-        "budget_window_s": _NUMBER,
+        "budget_max_nodes": Field(int, minimum=0, maximum=1 << 20),
+        "budget_max_fraction": Field(float, minimum=0, maximum=1, doc="0 to 1"),
+        "budget_window_s": Field(float, minimum=0, maximum=_MAX_WINDOW_S),
         "textfile_dir": Field(str, doc="a directory; empty: <state_dir>/health"),
         "syslog": Field(bool),
     },
@@ -234,21 +230,21 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "timeout_s": Field(float, minimum=1, maximum=HOOK_TIMEOUT_MAX_S),
     },
     "summary": {
-        "offender_min_events": Field(int, minimum=1, doc="fewest hardware endings (or drains) that can flag a node"),
-        "offender_ratio": Field(float, minimum=1, doc="how many times the fleet's rate flags a node"),
-        "offender_max_p": Field(float, minimum=0, check=_probability_problem,
+        "offender_min_events": Field(int, minimum=1, maximum=10 ** 9, doc="fewest hardware endings (or drains) that can flag a node"),
+        "offender_ratio": Field(float, minimum=1, maximum=1e6, doc="how many times the fleet's rate flags a node"),
+        "offender_max_p": Field(float, minimum=0, maximum=1,
                                 doc="largest chance that bad luck flags any node of the fleet"),
-        "sacct_timeout_s": Field(float, minimum=1, doc="how long sacct may take for the whole window"),
+        "sacct_timeout_s": Field(float, minimum=1, maximum=86400, doc="how long sacct may take for the whole window"),
     },
     "records": {
         "accounting": Field(bool, doc="also write each classification into the job's AdminComment"),
         "node_entries": Field(str, choices=("evidence", "always")),
         "delivery": Field(str, choices=("background", "inline")),
-        "late_evidence_window_s": _NUMBER,
-        "write_attempts": Field(int, minimum=1),
-        "verify_delay_s": _NUMBER,
-        "verify_jitter_s": _NUMBER,
-        "deliver_max_jobs": Field(int, minimum=1),
+        "late_evidence_window_s": Field(float, minimum=0, maximum=86400),
+        "write_attempts": Field(int, minimum=1, maximum=100),
+        "verify_delay_s": Field(float, minimum=0, maximum=HOOK_TIMEOUT_MAX_S, doc="seconds an epilog waits before reading its write back"),
+        "verify_jitter_s": Field(float, minimum=0, maximum=HOOK_TIMEOUT_MAX_S),
+        "deliver_max_jobs": Field(int, minimum=1, maximum=10000),
         "outbox_backoff_max_s": Field(float, minimum=30, maximum=86400,
                                       doc="longest wait between tries of an undelivered entry"),
         "outbox_expire_s": Field(float, minimum=3600, maximum=90 * 86400,

@@ -43,7 +43,7 @@ def test_unknown_key_is_one_line(tmp_path):
 
 def test_wrong_type_names_the_allowed_type(tmp_path):
     lines = check_fails(tmp_path, '[[nodes]]\nmatch = "gpu1"\ngpus = "eight"\n')
-    assert lines == [f"{tmp_path / 'bad.toml'}: nodes[0].gpus: has the wrong type (str 'eight'); an integer >= 0"]
+    assert lines == [f"{tmp_path / 'bad.toml'}: nodes[0].gpus: has the wrong type (str 'eight'); an integer >= 0, <= 1024"]
 
 
 def test_negative_threshold_is_an_error(tmp_path):
@@ -115,3 +115,54 @@ def test_missing_simulator_profile_is_reported(tmp_path):
     lines = check_fails(tmp_path, '[gpu]\nbackend = "sim"\n[sim]\nnodes = { gpu1 = "sim/nope.toml" }\n')
     assert len(lines) == 1
     assert "sim.nodes.gpu1:" in lines[0] and "does not exist" in lines[0]
+
+
+@pytest.mark.parametrize("text, key", [
+    ("[records]\nverify_delay_s = 1e308\n", "records.verify_delay_s"),
+    ("[summary]\nsacct_timeout_s = 1e308\n", "summary.sacct_timeout_s"),
+    ("[health]\nconfirm_runs = 10000000000\n", "health.confirm_runs"),
+    ("[records]\nverify_jitter_s = 1e300\n", "records.verify_jitter_s"),
+    ("[thresholds]\nib_symbol_error_max_per_window = 1e300\n", "thresholds.ib_symbol_error_max_per_window"),
+])
+def test_values_that_would_break_the_tool_are_refused(tmp_path, text, key):
+    """Issue 24: these passed config check and then broke every epilog (OverflowError in a sleep)
+    or the summary (a traceback from sacct's deadline)."""
+    lines = check_fails(tmp_path, text)
+    assert len(lines) == 1 and f": {key}: " in lines[0] and "above the maximum" in lines[0], lines
+
+
+def _at_maximum(schema, skip=("nodes",)):
+    """Every numeric key of the named tables at its maximum (a key with its own check just below)."""
+    from healthcheck.config import builtin_defaults
+    from healthcheck.schema import Field
+
+    doc = {}
+    for table, spec in schema.items():
+        if table in skip or not isinstance(spec, dict):
+            continue
+        for key, field in spec.items():
+            if isinstance(field, Field) and field.kind in (int, float):
+                value = field.kind(field.maximum)
+                doc.setdefault(table, {})[key] = value - 1 if field.check is not None else value
+    threshold = schema["thresholds"].values
+    doc["thresholds"] = {key: threshold.maximum for key in builtin_defaults()["thresholds"]}
+    return doc
+
+
+def test_every_number_at_its_maximum_is_accepted_and_breaks_nothing(tmp_path, isolated_env):
+    from healthcheck import tomlio
+    from healthcheck.config import CONFIG_SCHEMA
+
+    from .conftest import SIM_PROFILES
+
+    doc = _at_maximum(CONFIG_SCHEMA)
+    doc.setdefault("records", {})["delivery"] = "inline"
+    path = tmp_path / "max.toml"
+    path.write_text(tomlio.dumps(doc))
+    assert run_cli(["config", "check", str(path)]).exit_code == 0
+    doc["gpu"]["probe_timeout_s"] = 2.0         # the maximum (30 s) is allowed; a healthy node answers at once
+    path.write_text(tomlio.dumps(doc))
+    result = run_cli(["check", "--config", str(path), "--node", "gpu1", "--sim",
+                      os.path.join(SIM_PROFILES, "h100-healthy.toml")])
+    assert result.exit_code in (0, 1), result.output
+    assert "Traceback" not in result.output + result.stderr and "Overflow" not in result.stderr

@@ -111,3 +111,57 @@ def test_the_schema_walk_sees_nested_and_free_keys():
     assert {"paths.state_dir", "nodes.match", "xid.escalate", "xid.escalate.*.count",
             "thresholds.temperature_margin_c", "actions.gpu.lost", "tiers.prolog", "dcgm.levels"} <= keys
     assert isinstance(CONFIG_SCHEMA["nodes"], Field)
+
+
+def numeric_fields(schema: Dict[str, Any] = CONFIG_SCHEMA, prefix: str = "") -> Iterator[Tuple[str, Field]]:
+    """(dotted key as the page's rows name it, Field) for every number the validator takes; a
+    free-keyed table of numbers (thresholds, [health] confirm) is its value Field."""
+    names = _free_table_names()
+    for key, spec in schema.items():
+        dotted = prefix + key
+        if isinstance(spec, dict):
+            yield from numeric_fields(spec, dotted + ".")
+        elif spec.kind in (int, float):
+            yield dotted, spec
+        elif spec.kind is list and isinstance(spec.item, dict):
+            yield from numeric_fields(spec.item, dotted + ".")
+        elif spec.kind is dict and isinstance(spec.values, dict):
+            yield from numeric_fields(spec.values, dotted + ".*.")
+        elif spec.kind is dict and isinstance(spec.values, Field) and spec.values.kind in (int, float):
+            if not prefix and dotted in names:
+                for name in sorted(names[dotted]):
+                    yield f"{dotted}.{name}", spec.values
+            else:
+                yield dotted, spec.values
+
+
+def range_text(spec: Field) -> str:
+    return f"Range: {spec.minimum:g} to {spec.maximum:g}."
+
+
+def test_every_number_in_the_schema_has_both_bounds():
+    """A value config check accepts must never overflow a sleep, a deadline or a float."""
+    fields = dict(numeric_fields())
+    assert {"records.verify_delay_s", "summary.sacct_timeout_s", "health.confirm_runs", "health.confirm",
+            "thresholds.temperature_margin_c", "xid.escalate.*.count", "nodes.gpus"} <= set(fields)
+    unbounded = sorted(key for key, spec in fields.items() if spec.minimum is None or spec.maximum is None)
+    assert not unbounded, f"numeric keys without both bounds: {', '.join(unbounded)}"
+
+
+def test_every_numeric_key_row_shows_its_range():
+    rows: Dict[str, str] = {}
+    section = None
+    with open(DOC, encoding="utf-8") as handle:
+        for line in handle:
+            heading = _HEADING.match(line)
+            if heading:
+                section = re.sub(r"<[^>]+>", "*", heading.group(1))
+                continue
+            if line.startswith("#"):
+                section = None
+            row = _ROW.match(line)
+            if row and section:
+                rows[f"{section}.{row.group(1)}"] = line
+    wrong = [f"{key}: wants '{range_text(spec)}'" for key, spec in numeric_fields()
+             if range_text(spec) not in rows.get(key, "")]
+    assert not wrong, "docs/configuration.md rows without their range:\n" + "\n".join(wrong)
