@@ -112,10 +112,12 @@ def summary_fields(command: Sequence[str], env: Dict[str, str]) -> Optional[List
 
 # -- a simulated node for the hooks ----------------------------------------------------------------
 _SCONTROL = """#!/bin/sh
-# A stand-in for scontrol in the benchmark: answers like Slurm 22.05, counts its calls.
+# A stand-in for scontrol in the benchmark: answers like Slurm 22.05, counts its calls, and
+# timestamps each drain request (bench/run's xid_to_drain_s).
 echo "scontrol $*" >> "{calls}"
 case "$1 $2" in
   "show job") echo "JobId={job} JobName=train UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A Priority=4294901759 Nice=0 Account=ml QOS=normal JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=01:00:03 TimeLimit=02:00:00 TimeMin=N/A SubmitTime=2026-11-30T10:00:00 EligibleTime=2026-11-30T10:00:00 AccrueTime=2026-11-30T10:00:00 StartTime=2026-11-30T10:00:01 EndTime=2026-11-30T11:00:04 Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T10:00:01 Scheduler=Main Partition=gpu AllocNode:Sid=login1:4242 ReqNodeList=(null) ExcNodeList=(null) NodeList={node} BatchHost={node} NumNodes=1 NumCPUs=64 NumTasks=8 CPUs/Task=8 ReqB:S:C:T=0:0:*:* TRES=cpu=64,mem=512G,node=1,billing=64,gres/gpu=8 Socks/Node=* NtasksPerN:B:S:C=8:0:*:* CoreSpec=* MinCPUsNode=64 MinMemoryNode=512G MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/home/alice/train.sh WorkDir=/home/alice StdErr=/home/alice/slurm-{job}.out StdIn=/dev/null StdOut=/home/alice/slurm-{job}.out Power= TresPerNode=gres:gpu:8" ;;
+  "update nodename="*) PATH=/usr/bin:/bin date +%s.%N >> "{drains}" ;;
   "show node") echo "NodeName={node} Arch=x86_64 CoresPerSocket=32 CPUAlloc=0 CPUEfctv=64 CPUTot=64 CPULoad=0.52 AvailableFeatures=h100 ActiveFeatures=h100 Gres=gpu:h100:8 NodeAddr={node} NodeHostName={node} Version=22.05.8 OS=Linux 6.1.0-27-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.115-1 RealMemory=2000000 AllocMem=0 FreeMem=1900000 Sockets=2 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu BootTime=2026-11-01T08:00:00 SlurmdStartTime=2026-11-01T08:01:00 LastBusyTime=2026-11-30T11:00:04 CfgTRES=cpu=64,mem=2000000M,billing=64,gres/gpu=8 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s" ;;
 esac
 exit 0
@@ -146,7 +148,9 @@ class HookNode:
         self.bin_dir = os.path.join(work, "slurm-bin")
         self.calls = os.path.join(work, "slurm-calls.log")
         os.makedirs(self.bin_dir, exist_ok=True)
-        self._write(os.path.join(self.bin_dir, "scontrol"), _SCONTROL.format(calls=self.calls, job=JOB_ID, node=NODE))
+        self.drains = os.path.join(work, "slurm-drains.log")      # when each drain request came
+        self._write(os.path.join(self.bin_dir, "scontrol"), _SCONTROL.format(calls=self.calls, job=JOB_ID, node=NODE,
+                                                                             drains=self.drains))
         self._write(os.path.join(self.bin_dir, "squeue"), _SQUEUE.format(calls=self.calls, job=JOB_ID, node=NODE))
         for name in ("sacct", "sacctmgr", "sinfo"):
             self._write(os.path.join(self.bin_dir, name), _QUIET.format(calls=self.calls, name=name))
@@ -221,6 +225,32 @@ class HookNode:
             return os.path.getsize(self.sim_kernel_log())
         except OSError:
             return 0
+
+    def gpu_pci(self, index: int) -> str:
+        """GPU ``index``'s address as the driver writes it in an Xid line (``0000:3b:00``)."""
+        from healthcheck.config import Config
+        from healthcheck.sim.node import SimNode
+
+        config = Config.load(self.config)
+        bus = SimNode(config.state_dir, NODE, config.sim_profile_path(NODE)).ensure()["gpu"][index]["pci_bus_id"]
+        domain, bus_no, rest = bus.split(":")
+        return f"{int(domain, 16):04x}:{int(bus_no, 16):02x}:{int(rest.split('.')[0], 16):02x}"
+
+    def append_kernel_line(self, line: str) -> None:
+        """One line appended to the node's kernel log, as the kernel's logger appends it."""
+        fd = os.open(self.sim_kernel_log(), os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line.encode() + b"\n")
+        finally:
+            os.close(fd)
+
+    def drain_times(self) -> List[float]:
+        """When each drain request reached the scontrol stand-in (epoch seconds)."""
+        try:
+            with open(self.drains, encoding="ascii") as handle:
+                return [float(line) for line in handle if line.strip()]
+        except (OSError, ValueError):
+            return []
 
     def slurm_calls(self, hook: str) -> int:
         """How many Slurm commands one run of ``hook`` makes (through the stand-ins)."""

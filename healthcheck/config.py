@@ -256,6 +256,13 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "epilog_deadline_s": Field(float, minimum=1, maximum=JOB_HOOK_DEADLINE_MAX_S,
                                    doc="seconds, below Slurm's PrologEpilogTimeout"),
     },
+    "watch": {
+        "poll_s": Field(float, minimum=0.05, maximum=60.0),
+        "min_interval_s": Field(float, minimum=0, maximum=3600.0),
+        "max_cpu": Field(float, minimum=0.01, maximum=1.0, doc="a share of one core, 0.01 to 1"),
+        "program": Field(str, doc="an absolute path; empty: slurm-gpu-healthcheck beside slurm-gpu-watch"),
+        "nvml_events": Field(bool),
+    },
     "prolog": {
         "on_tool_error": Field(str, choices=("pass", "fail")),
         "gpu_devices": Field(str, doc="directory of the nvidiaN device files (GRES index -> NVML index)"),

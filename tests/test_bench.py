@@ -10,7 +10,8 @@ import sys
 from .conftest import ROOT
 
 KEYS = ("floor_ms", "prolog_vs_floor", "epilog_vs_floor", "healthcheck_vs_floor", "healthcheck_log_growth",
-        "xid_scan_vs_grep", "xid_scan_peak_mb", "summary_1m_vs_floor", "summary_1m_peak_mb", "healthcheck_peak_mb")
+        "xid_scan_vs_grep", "xid_scan_peak_mb", "summary_1m_vs_floor", "summary_1m_peak_mb", "healthcheck_peak_mb",
+        "xid_to_drain_s")
 
 
 def test_bench_run_tiny_writes_every_key(tmp_path):
@@ -26,5 +27,6 @@ def test_bench_run_tiny_writes_every_key(tmp_path):
         assert isinstance(results[key], (int, float)) or key in results["null_reasons"], key
     assert results["mode"] == "tiny" and results["interpreter"] == sys.executable
     assert "hook_failures" not in results, results.get("hook_failures")
+    assert "xid_to_drain_failures" not in results, results.get("xid_to_drain_failures")
     for key in KEYS:
         assert key in done.stdout                              # the printed table names every key

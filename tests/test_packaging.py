@@ -16,7 +16,7 @@ from healthcheck.sim import shipped
 
 from .conftest import ROOT
 
-COMMANDS = ("slurm-gpu", "slurm-gpu-prolog", "slurm-gpu-epilog", "slurm-gpu-healthcheck")
+COMMANDS = ("slurm-gpu", "slurm-gpu-prolog", "slurm-gpu-epilog", "slurm-gpu-healthcheck", "slurm-gpu-watch")
 
 
 @pytest.fixture(scope="module")

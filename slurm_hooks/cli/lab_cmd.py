@@ -60,16 +60,20 @@ def lab() -> None:
 
 @lab.command()
 @dir_option
+@click.option("--health-interval", "health_interval", type=click.IntRange(min=0, max=86400), default=None,
+              metavar="SECONDS", help="slurm.conf's HealthCheckInterval (default: 10); a change restarts "
+              "slurmctld and the slurmd, and the next `lab up` without it goes back to 10.")
 @_guarded
-def up(directory: Optional[str]) -> None:
-    """Install what is missing, start every daemon, install the hooks (idempotent).
+def up(directory: Optional[str], health_interval: Optional[int]) -> None:
+    """Install what is missing, start every daemon and one slurm-gpu-watch per node, install the
+    hooks (idempotent).
 
     Example: slurm-gpu lab up
     """
     from slurm_hooks.lab import cluster
 
     paths = _lab_paths(directory)
-    cluster.up(paths, click.echo)
+    cluster.up(paths, click.echo, health_interval=health_interval)
     for line in cluster.describe_up(paths):
         click.echo(line)
 

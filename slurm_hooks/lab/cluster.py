@@ -3,6 +3,7 @@ it down leaving nothing behind, and say what runs."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import glob
 import os
@@ -17,6 +18,7 @@ from . import LabError
 from . import daemons as D
 from . import paths as P
 from . import render
+from . import watchers
 from .install import binary, ensure_packages
 from .paths import LabPaths
 from .runner import run, slurm_env
@@ -223,14 +225,15 @@ def check_lab_dir(lab: LabPaths) -> None:
         _check_safe_dir(lab.root)
 
 
-def up(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
+def up(lab: LabPaths, echo: Callable[[str], None], health_interval: Optional[int] = None) -> Dict[str, object]:
+    """``health_interval``: slurm.conf's HealthCheckInterval (None: the lab's default, 10 s)."""
     require_root()
     check_lab_dir(lab)
     with machine_lock(echo, "lab up"):
-        return _up(lab, echo)
+        return _up(lab, echo, health_interval)
 
 
-def _up(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
+def _up(lab: LabPaths, echo: Callable[[str], None], health_interval: Optional[int] = None) -> Dict[str, object]:
     began = time.monotonic()
     installed = ensure_packages(echo)
     prepare_tree(lab)
@@ -240,7 +243,10 @@ def _up(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
     table = D.daemons(lab)
     slurm_running = any(d.pid(lab) is not None for d in table if d.name.startswith("slurm"))
     copy_sim_profiles(lab)
-    changed = render_all(lab)
+    opts = render.RenderOptions.here()
+    if health_interval is not None:
+        opts = dataclasses.replace(opts, health_interval=health_interval)
+    changed = render_all(lab, opts)
     check_hooks_config(lab)
     make_fake_gpus(lab)
 
@@ -267,6 +273,7 @@ def _up(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
         say("wait for every node to register")
     D.wait_for("nodes gpu1..gpu3", lambda: all(D.node_responding(D.node_states(lab).get(n, ""))
                                                 for n in P.NODES), 30, log_hint=lab.log)
+    started += watchers.start_all(lab, say)
     elapsed = time.monotonic() - began
     say(f"lab up in {elapsed:.1f} s ({'started ' + ', '.join(started) if started else 'everything already ran'})")
     return {"started": started, "seconds": elapsed, "installed": installed}
@@ -317,7 +324,7 @@ def _down(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
     ctld = D.by_name(lab, "slurmctld")
     if ctld.pid(lab) is not None:
         cancel_all_jobs(lab, say)
-    stopped: List[str] = []
+    stopped: List[str] = watchers.stop_all(lab, say)
     # Reverse start order; the three slurmd together.
     stopped += D.stop(lab, [d for d in table if d.name.startswith("slurmd ")], say)
     for name in ("slurmctld", "slurmdbd", "mariadbd", "munged"):
@@ -340,7 +347,7 @@ def _down(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
 # -- status ------------------------------------------------------------------------------------
 def status(lab: LabPaths) -> Tuple[List[Tuple[str, Optional[int]]], Dict[str, str], List[str]]:
     """(daemon, pid or None) rows, node states, node lines with reasons."""
-    rows = [(d.name, d.pid(lab)) for d in D.daemons(lab)]
+    rows = [(d.name, d.pid(lab)) for d in D.daemons(lab)] + watchers.rows(lab)
     states: Dict[str, str] = {}
     detail: List[str] = []
     if dict(rows).get("slurmctld"):

@@ -1,0 +1,476 @@
+"""``slurm-gpu-watch``: one small resident process per node that runs the health check as
+soon as the kernel log says a GPU broke, instead of at the next HealthCheckInterval.
+
+It follows the node's kernel log with the kernel-log reader (``kernellog.api.read_new_events``,
+its own reader ``<node>.watch``: the same sources, forgery rules, flood folding and read
+budget as the hooks) and judges what is new with ``kernellog.findings.xid_findings``, the code
+the health check judges with. When a finding asks for a drain (and, where the driver offers
+NVML events, on an Xid event), it starts the HealthCheckProgram itself, as slurmd does (no
+environment but ``SLURMD_NODENAME``), so the run takes the same lock, decision, drain budget
+and confirmation as slurmd's. The watcher decides nothing and never calls Slurm.
+
+Bounded: at most one run at a time and ``[watch] min_interval_s`` between starts
+(``trigger.Trigger``); a flood of one Xid starts one run (``trigger.Seen``); its reads take at
+most ``[watch] max_cpu`` of one core (``trigger.DutyCycle``), each at most ``[xid]
+read_budget_bytes``. When the watcher itself is broken (the log unreadable, its state dir
+unusable, a bug), it says so on stderr and runs nothing; when it is not running at all, the
+periodic health check goes on as before: nothing depends on it.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from .trigger import DutyCycle, Seen, Trigger, wants_check
+
+PROG = "slurm-gpu-watch"
+READER = "watch"                 # the cursor's reader: <node>.watch
+RUN_TIMEOUT_S = 60.0             # slurmd's own kill of a HealthCheckProgram
+REPEAT_S = 60.0                  # the same event starts another run only after this
+ERROR_BACKOFF_MAX_S = 60.0
+DRAIN_ACTIONS = ("reset_gpu", "reboot", "contact_support")
+
+
+def say(message: str) -> None:
+    """One line on stderr (journald, or the lab's log file)."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in message)
+    try:
+        sys.stderr.write(f"{PROG}: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class WatchSettings:
+    """The ``[watch]`` section."""
+
+    __slots__ = ("poll_s", "min_interval_s", "max_cpu", "program", "nvml_events")
+
+    def __init__(self, poll_s: float = 0.5, min_interval_s: float = 5.0, max_cpu: float = 0.1,
+                 program: str = "", nvml_events: bool = True):
+        self.poll_s, self.min_interval_s, self.max_cpu = poll_s, min_interval_s, max_cpu
+        self.program, self.nvml_events = program, nvml_events
+
+    @classmethod
+    def from_config(cls, config: Any) -> "WatchSettings":
+        section = config.section("watch") if config is not None else {}
+        default = cls()
+        return cls(poll_s=float(section.get("poll_s", default.poll_s)),
+                   min_interval_s=float(section.get("min_interval_s", default.min_interval_s)),
+                   max_cpu=float(section.get("max_cpu", default.max_cpu)),
+                   program=str(section.get("program", default.program)),
+                   nvml_events=bool(section.get("nvml_events", default.nvml_events)))
+
+
+# -- knowing when the log may hold something new ----------------------------------------------------
+class FileWake:
+    """A file source: something new when its inode, size or mtime moved (a stat per poll)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._last: Optional[tuple] = None
+
+    def changed(self) -> bool:
+        try:
+            info = os.stat(self.path)
+            now = (info.st_ino, info.st_size, info.st_mtime_ns)
+        except OSError:
+            now = None
+        moved, self._last = now != self._last, now
+        return moved
+
+    def wait(self, timeout: float) -> None:
+        time.sleep(max(0.0, timeout))
+
+    def close(self) -> None:
+        pass
+
+
+class KmsgWake:
+    """``/dev/kmsg``: the kernel wakes ``poll`` when a record is added. The watcher's own
+    descriptor is only a doorbell (read and dropped); the reader reads from its cursor."""
+
+    def __init__(self, path: str = "/dev/kmsg"):
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            os.lseek(self.fd, 0, os.SEEK_END)
+        except OSError:
+            pass
+        self.poller = select.poll()
+        self.poller.register(self.fd, select.POLLIN)
+        self._rang = True               # look once at the start
+
+    def _drain(self) -> None:
+        for _ in range(4096):           # at most the ring buffer's records; the reader has them
+            try:
+                if not os.read(self.fd, 16384):
+                    return
+            except BrokenPipeError:
+                continue                # records overwritten before we read them
+            except OSError:
+                return
+
+    def changed(self) -> bool:
+        if not self._rang and self.poller.poll(0):
+            self._rang = True
+        if self._rang:
+            self._drain()
+        rang, self._rang = self._rang, False
+        return rang
+
+    def wait(self, timeout: float) -> None:
+        if self.poller.poll(max(0, int(timeout * 1000))):
+            self._rang = True
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+class TimedWake:
+    """journalctl: no doorbell worth its cost here; look every poll."""
+
+    def changed(self) -> bool:
+        return True
+
+    def wait(self, timeout: float) -> None:
+        time.sleep(max(0.0, timeout))
+
+    def close(self) -> None:
+        pass
+
+
+def make_wake(kernel_log: str):
+    from ..kernellog import sources
+
+    source = sources.resolve(kernel_log)
+    if source == "kmsg":
+        try:
+            return KmsgWake(sources.KMSG)
+        except OSError:
+            return TimedWake()
+    if source == "journal":
+        return TimedWake()
+    return FileWake(source)
+
+
+# -- NVML events (where the driver offers them) ------------------------------------------------------
+def nvml_xid_events(nvml: Any, found: "queue.Queue", stop: threading.Event) -> None:
+    """Wait for the driver's Xid events (``nvmlEventSetWait``) and queue their codes. A driver
+    (or the simulator) without them, or any NVML error, ends this quietly after one line: the
+    kernel log is still followed."""
+    try:
+        nvml.nvmlInit()
+        events = nvml.nvmlEventSetCreate()
+        kind = nvml.nvmlEventTypeXidCriticalError
+        registered = 0
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                nvml.nvmlDeviceRegisterEvents(nvml.nvmlDeviceGetHandleByIndex(index), kind, events)
+                registered += 1
+            except Exception:  # noqa: BLE001 - a GPU without events is followed through the log only
+                continue
+        if not registered:
+            say("NVML events: no GPU offers Xid events; following the kernel log only")
+            return
+        wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
+        timeout_error = getattr(nvml, "NVMLError_Timeout", None)
+    except Exception as exc:  # noqa: BLE001 - optional: the driver may not offer events at all
+        say(f"NVML events not offered ({type(exc).__name__}: {str(exc)[:120]}); following the kernel log only")
+        return
+    while not stop.is_set():
+        try:
+            data = wait(events, 1000)
+        except Exception as exc:  # noqa: BLE001
+            if timeout_error is not None and isinstance(exc, timeout_error):
+                continue
+            say(f"NVML events stopped ({type(exc).__name__}: {str(exc)[:120]}); following the kernel log only")
+            return
+        try:
+            found.put_nowait(int(getattr(data, "eventData", 0)))
+        except queue.Full:
+            pass                        # a run is already wanted; the flood adds nothing
+
+
+# -- the watcher ------------------------------------------------------------------------------------
+class Watcher:
+    def __init__(self, config: Any, node: str, kernel_log: str, state_dir: str, program: Sequence[str],
+                 child_env: Dict[str, str], settings: WatchSettings, boot_id_path: str = "/proc/sys/kernel/random/boot_id",
+                 clock: Callable[[], float] = time.monotonic):
+        self.config, self.node, self.kernel_log, self.state_dir = config, node, kernel_log, state_dir
+        self.program, self.child_env, self.settings = list(program), dict(child_env), settings
+        self.boot_id_path = boot_id_path
+        self.clock = clock
+        self.trigger = Trigger(settings.min_interval_s)
+        self.duty = DutyCycle(settings.max_cpu, settings.poll_s)
+        self.seen = Seen(REPEAT_S)
+        self.child: Optional[subprocess.Popen] = None
+        self.child_started = 0.0
+        self.stopping = False
+        self.nvml_queue: "queue.Queue" = queue.Queue(maxsize=64)
+        self.looks = 0
+        self.errors = 0
+        self._boot: Optional[str] = None
+        self._last_error: Optional[str] = None
+        self._more = True               # the last read stopped early, or none yet: read again
+
+    # one look at the log ------------------------------------------------------------------
+    def look(self) -> List[Any]:
+        """Read what is new, judge it, commit; request a run for a new drain-asking finding.
+        Returns the findings that asked for a run."""
+        from ..kernellog.api import read_new_events
+        from ..kernellog.findings import xid_findings
+        from ..kernellog.xid_actions import action_rank
+
+        self._check_boot()
+        read = read_new_events(self.kernel_log, self.state_dir, f"{self.node}.{READER}", config=self.config)
+        findings = [f for f in xid_findings(read.events, (), self.config) if wants_check([f])]
+        now = self.clock()
+        fresh = [f for f in findings
+                 if self.seen.new((f.check, f.evidence.get("code"), f.evidence.get("pci")),
+                                  action_rank(f.evidence.get("xid_action") or "contact_support"), now)]
+        read.commit()
+        self._more = read.capped is not None and read.stats.bytes_read > 0
+        self.looks += 1
+        if fresh:
+            self.trigger.request(now)
+            say(f"{self.node}: {fresh[0].check}: {fresh[0].message}"
+                + (f" (+{len(fresh) - 1} more)" if len(fresh) > 1 else "") + ": running the health check")
+        return fresh
+
+    def _check_boot(self) -> None:
+        try:
+            with open(self.boot_id_path, encoding="ascii", errors="replace") as handle:
+                boot = handle.read(128).strip()
+        except OSError:
+            boot = ""
+        if self._boot is not None and boot != self._boot:
+            self.seen.forget()
+        self._boot = boot
+
+    def nvml_events(self) -> None:
+        """Xid codes the driver announced: a run when the catalog's action for one drains."""
+        codes = []
+        while True:
+            try:
+                codes.append(self.nvml_queue.get_nowait())
+            except queue.Empty:
+                break
+        if not codes:
+            return
+        from ..kernellog.catalog import XidCatalog
+        from ..kernellog.events import XidEvent
+        from ..kernellog.findings import xid_findings
+        from ..kernellog.xid_actions import action_rank
+
+        overrides = dict(self.config.section("xid").get("actions", {})) if self.config is not None else {}
+        catalog = XidCatalog(overrides)
+        now = self.clock()
+        for code in sorted(set(codes)):
+            event = catalog.classify(XidEvent(kind="xid", code=code, pci=None, message="(NVML event)"))
+            findings = [f for f in xid_findings([event], (), self.config) if wants_check([f])]
+            if findings and self.seen.new(("nvml", code), action_rank(event.action), now):
+                self.trigger.request(now)
+                say(f"{self.node}: NVML Xid event {code} ({event.action}): running the health check")
+
+    # the health check ---------------------------------------------------------------------
+    def start_run(self) -> None:
+        now = self.clock()
+        try:
+            self.child = subprocess.Popen(self.program, env=self.child_env, stdin=subprocess.DEVNULL,
+                                          cwd="/", start_new_session=True, close_fds=True)
+        except OSError as exc:
+            say(f"{self.node}: cannot start the health check {self.program[0]}: {exc.strerror or exc}")
+            self.child = None
+            self.trigger.started(now)
+            self.trigger.finished(now)
+            return
+        self.child_started = now
+        self.trigger.started(now)
+
+    def reap(self) -> None:
+        if self.child is None:
+            return
+        code = self.child.poll()
+        if code is None and self.clock() - self.child_started > RUN_TIMEOUT_S:
+            say(f"{self.node}: the health check ran past {RUN_TIMEOUT_S:g} s; stopping it")
+            try:
+                os.killpg(self.child.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            code = self.child.wait()
+        if code is None:
+            return
+        if code != 0:
+            say(f"{self.node}: the health check exited with status {code}")
+        self.child = None
+        self.trigger.finished(self.clock())
+
+    # the loop -------------------------------------------------------------------------------
+    def run(self, wake: Any, once: bool = False) -> int:
+        next_look = self.clock()
+        backoff = 0.0
+        while not self.stopping:
+            now = self.clock()
+            self.reap()
+            self.nvml_events()
+            if self.trigger.due(now):
+                self.start_run()
+            if now >= next_look and (self._more or wake.changed()):
+                began = self.clock()
+                try:
+                    self.look()
+                    backoff, self._last_error = 0.0, None
+                    next_look = self.clock() + self.duty.pause_after(self.clock() - began)
+                except Exception as exc:  # noqa: BLE001 - the watcher being broken is never the node being broken
+                    self.errors += 1
+                    text = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                    if text != self._last_error:
+                        say(f"{self.node}: cannot follow the kernel log ({text}); running nothing for it, "
+                            "the periodic health check still runs")
+                    self._last_error = text
+                    backoff = min(ERROR_BACKOFF_MAX_S, max(1.0, backoff * 2))
+                    self._more = False
+                    next_look = self.clock() + backoff
+            if once:
+                if self.trigger.due(self.clock()):
+                    self.start_run()
+                while self.child is not None:
+                    time.sleep(0.05)
+                    self.reap()
+                return 0
+            now = self.clock()
+            timeout = self.settings.poll_s
+            due = self.trigger.wait_s(now)
+            if due is not None:
+                timeout = min(timeout, due)
+            if self.child is not None:
+                timeout = min(timeout, 0.1)
+            if next_look > now:
+                time.sleep(max(0.0, min(timeout, next_look - now)))
+            elif not self._more:
+                wake.wait(timeout)
+        if self.child is not None:
+            try:
+                self.child.wait(RUN_TIMEOUT_S)      # a run in progress finishes: it may be mid-decision
+            except subprocess.TimeoutExpired:
+                os.killpg(self.child.pid, signal.SIGKILL)
+        return 0
+
+
+# -- the command ------------------------------------------------------------------------------------
+def default_program() -> List[str]:
+    """``slurm-gpu-healthcheck`` beside this command (or this Python), as slurm.conf names it."""
+    for folder in (os.path.dirname(os.path.abspath(sys.argv[0])), os.path.dirname(os.path.abspath(sys.executable))):
+        path = os.path.join(folder, "slurm-gpu-healthcheck")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return [path]
+    return [sys.executable, "-I", "-c", "import sys; from healthcheck.healthcheck import main; sys.exit(main())"]
+
+
+def child_environment(node: str, config_path: Optional[str], env: Dict[str, str]) -> Dict[str, str]:
+    """What slurmd gives a HealthCheckProgram (``SLURMD_NODENAME`` only), plus the config this
+    watcher uses and ``SLURM_CONF`` when the watcher was given them."""
+    child = {"SLURMD_NODENAME": node}
+    config = config_path or env.get("SLURM_GPU_HOOKS_CONFIG")
+    if config:
+        child["SLURM_GPU_HOOKS_CONFIG"] = os.path.abspath(config)
+    if env.get("SLURM_CONF"):
+        child["SLURM_CONF"] = env["SLURM_CONF"]
+    return child
+
+
+def parse(argv: Optional[Sequence[str]]):
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:          # one line, exit 2
+            print(f"{PROG}: {message}", file=sys.stderr)
+            sys.exit(2)
+
+    parser = _Parser(prog=PROG, description="Run the health check as soon as the kernel log reports a GPU fault "
+                     "(one per node, resident; the periodic health check does not depend on it).")
+    parser.add_argument("--config", help="config file (default: $SLURM_GPU_HOOKS_CONFIG, else "
+                        "/etc/slurm-gpu-hooks/config.toml)")
+    parser.add_argument("--node", help="node name (default: $SLURMD_NODENAME, else the short hostname)")
+    parser.add_argument("--program", help="the health check to run (default: [watch] program, else "
+                        "slurm-gpu-healthcheck beside this command)")
+    parser.add_argument("--pidfile", help="write this process's pid here (replaced atomically)")
+    parser.add_argument("--once", action="store_true", help="look at the log once, run the health check if it "
+                        "asks for one, wait for it, exit")
+    return parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse(argv)
+    from ..config import Config, ConfigError, node_name
+
+    try:
+        config = Config.load(args.config, os.environ)
+    except ConfigError as exc:
+        print(f"{PROG}: {exc.lines()[0]}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"{PROG}: config unreadable: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
+        node = node_name(args.node, os.environ)
+        from ..fsutil import path_component
+
+        path_component(node)
+    except ValueError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    settings = WatchSettings.from_config(config)
+    program = [args.program] if args.program else [settings.program] if settings.program else default_program()
+    try:
+        from ..sources import node_sources
+
+        sources = node_sources(config, node)
+        wake = make_wake(sources.kernel_log)
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback; systemd restarts us
+        print(f"{PROG}: {node}: cannot follow the kernel log: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    watcher = Watcher(config, node, sources.kernel_log, sources.state_dir, program,
+                      child_environment(node, args.config, dict(os.environ)), settings,
+                      boot_id_path=sources.boot_id_path)
+
+    def stop(_signum, _frame) -> None:
+        watcher.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if args.pidfile:
+        from ..fsutil import atomic_write
+
+        atomic_write(args.pidfile, f"{os.getpid()}\n", mode=0o644)
+    halt = threading.Event()
+    if settings.nvml_events and not args.once:
+        threading.Thread(target=nvml_xid_events, args=(sources.nvml, watcher.nvml_queue, halt), daemon=True,
+                         name="nvml-events").start()
+    say(f"{node}: following {sources.kernel_log}; the health check is {program[0]}")
+    try:
+        return watcher.run(wake, once=args.once)
+    finally:
+        halt.set()
+        wake.close()
+        if args.pidfile:
+            try:
+                with open(args.pidfile, encoding="ascii") as handle:
+                    if handle.read().strip() == str(os.getpid()):
+                        os.unlink(args.pidfile)
+            except OSError:
+                pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
