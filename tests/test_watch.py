@@ -317,3 +317,18 @@ def test_the_command_follows_a_simulated_node_and_runs_its_health_check(sim_conf
     ran = [name for name in os.listdir(tmp_path) if name.startswith("ran.")]
     assert len(ran) == 1
     assert "SLURMD_NODENAME=gpu1" in (tmp_path / ran[0]).read_text()
+
+
+def test_the_systemd_unit_runs_the_installed_command_and_nothing_requires_it():
+    from .conftest import ROOT
+
+    with open(os.path.join(ROOT, "etc", "systemd", "slurm-gpu-watch.service"), encoding="utf-8") as handle:
+        unit = handle.read()
+    lines = [line.strip() for line in unit.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert "ExecStart=/opt/slurm-gpu-hooks/current/bin/slurm-gpu-watch" in lines     # docs/install.md step 2
+    assert "Restart=on-failure" in lines
+    assert not any(line.startswith(("RequiredBy=", "Before=slurmd")) for line in lines)
+    with open(os.path.join(ROOT, "setup.cfg"), encoding="utf-8") as handle:
+        assert "slurm-gpu-watch = healthcheck.watch.service:main" in handle.read()
+    with open(os.path.join(ROOT, "docs", "install.md"), encoding="utf-8") as handle:
+        assert "etc/systemd/slurm-gpu-watch.service" in handle.read()
