@@ -14,6 +14,7 @@ import pytest
 
 from healthcheck.hookruns import read_runs
 from healthcheck.slurm.cli_backend import CliBackend
+from slurm_hooks.lab import watchers
 from slurm_hooks.lab.runner import slurm_env
 
 from .conftest import wait_for as _wait_for
@@ -172,7 +173,7 @@ exec sleep 300
 
 
 def test_a_run_killed_after_reading_an_xid_loses_nothing(lab, gpu, clean, tmp_path):
-    """slurmd of gpu3 is paused so only the runs started here read gpu3's kernel log."""
+    """slurmd of gpu3 and its slurm-gpu-watch are paused so only the runs started here read gpu3's kernel log."""
     slurm = backend(lab)
     stub_dir = tmp_path / "bin"
     stub_dir.mkdir()
@@ -187,7 +188,10 @@ def test_a_run_killed_after_reading_an_xid_loses_nothing(lab, gpu, clean, tmp_pa
         handle.write(text.replace("[slurm]\n", f'[slurm]\nbin_dir = "{stub_dir}"\n', 1) if "[slurm]\n" in text
                      else text + f'\n[slurm]\nbin_dir = "{stub_dir}"\n')
     slurmd = _pid(lab.paths.slurmd_pid("gpu3"))
-    os.kill(slurmd, signal.SIGSTOP)
+    watcher = watchers.pid(lab.paths, "gpu3")
+    paused = [pid for pid in (slurmd, watcher) if pid is not None]
+    for pid in paused:
+        os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(3)                                   # a run slurmd started before the pause ends
         sim(gpu, "inject", "gpu3", "--log", XID79.format(pci=pci(lab, "gpu3", 0)))
@@ -200,7 +204,8 @@ def test_a_run_killed_after_reading_an_xid_loses_nothing(lab, gpu, clean, tmp_pa
         os.kill(int(marker.read_text()), signal.SIGKILL)
         assert not slurm.node("gpu3").drained
     finally:
-        os.kill(slurmd, signal.SIGCONT)
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
         os.unlink(stub_config)
     # The killed run committed nothing: the next run (slurmd's own) reads the Xid again and drains.
     node = wait_for("gpu3 drained by the next run", lambda: (lambda n: n if n.drained else None)(slurm.node("gpu3")))
