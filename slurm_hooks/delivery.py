@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from healthcheck.config import Config
 from healthcheck.records.outbox import (AccountingError, DeliveryReport, DeliverySettings, deliver_pending,
@@ -23,16 +23,18 @@ class SlurmAccounting:
         self.backend = backend
 
     def get_admin_comment(self, job_id: str) -> Optional[str]:
+        return self.get_admin_comments([job_id])[job_id]
+
+    def get_admin_comments(self, job_ids: List[str]) -> Dict[str, Optional[str]]:
+        """Every job's AdminComment with one sacct (None: not in accounting yet)."""
         from healthcheck.slurm import SlurmError
 
         try:
-            rows = self.backend.accounting([job_id], ["JobID", "AdminComment"])
+            rows = self.backend.accounting(list(job_ids), ["JobID", "JobIDRaw", "AdminComment"])
         except SlurmError as exc:
             raise AccountingError(str(exc)) from None
-        for row in rows:
-            if row.get("JobID", "").split("+")[0] == str(job_id):
-                return row.get("AdminComment", "")
-        return None
+        found = {job: row_of(rows, job) for job in job_ids}
+        return {job: None if row is None else row.get("AdminComment", "") for job, row in found.items()}
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         from healthcheck.slurm import SlurmError
@@ -43,6 +45,16 @@ class SlurmAccounting:
             if "didn't affect anything" in str(exc) or "Nothing modified" in str(exc):
                 return      # the job is not in accounting yet: the read-back says so, it stays queued
             raise AccountingError(str(exc)) from None
+
+
+def row_of(rows, job_id: str):
+    """The accounting row of ``job_id`` among ``sacct -X -j job_id``'s: the hooks know a job by its
+    raw id (``SLURM_JOB_ID``), which sacct shows as JobIDRaw: an array task's JobID is ``524_1``,
+    a heterogeneous job's component ``1234+1``, and ``sacct -j 524`` lists every task of array 524.
+    A person may give the shown id (``524_7``): that JobID is taken first."""
+    job_id = str(job_id)
+    return next((r for r in rows if r.get("JobID") == job_id), None) or \
+        next((r for r in rows if r.get("JobIDRaw") == job_id), None)
 
 
 def backend_for(config: Config):

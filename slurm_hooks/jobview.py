@@ -7,7 +7,12 @@ JSON (a contract; keys may be added, never renamed)::
      "nodes": {"gpu1": {"class": "GPU_LOST", "evidence": {"gpu": 3, "xid": 79}, "from": "accounting"},
                "gpu2": {"class": "FAILED", "evidence": {}, "from": "job-level"}},
      "sources": ["accounting", "records"],
-     "state": "FAILED", "exit_code": "1:0", "entries": [...]}
+     "state": "FAILED", "exit_code": "1:0", "entries": [...],
+     "raw_job_id": "531", "shown_job_id": "524_7"}
+
+An array task or a heterogeneous job's component is found by the id sacct shows (``524_7``,
+``1234+1``: JOBID as given is accepted when it is a job id) or by its raw id (``SLURM_JOB_ID``, sacct's
+JobIDRaw), under which the hooks keep its records.
 
 A node's own entry (accounting) or record (state dir) speaks for it; a node with neither has the
 job-level class ("from": "job-level"), since an ordinary node writes no entry of its own.
@@ -18,7 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from healthcheck.records import admin_comment
 from healthcheck.records.classes import UNKNOWN
-from healthcheck.records.classify import SlurmView, job_class, slurm_ending
+from healthcheck.records.classify import SlurmView, job_class, latest_run, slurm_ending
 
 ENTRY_META = ("v", "node", "class", "t")
 
@@ -39,7 +44,8 @@ def _evidence_of_record(record: Mapping[str, Any]) -> Dict[str, Any]:
 def assemble(job_id: str, row: Optional[Mapping[str, str]], records: List[Mapping[str, Any]],
              live: Optional[Mapping[str, str]], node_names: List[str]) -> Dict[str, Any]:
     sources: List[str] = []
-    entries = admin_comment.parse(row.get("AdminComment")) if row else []
+    every_entry = admin_comment.parse(row.get("AdminComment")) if row else []
+    entries = latest_run(every_entry)            # a requeued job: its last run; the earlier ones listed
     if row is not None:
         sources.append("accounting")
     if records:
@@ -67,7 +73,9 @@ def assemble(job_id: str, row: Optional[Mapping[str, str]], records: List[Mappin
     for name in node_names:
         nodes.setdefault(name, {"class": level, "evidence": {}, "from": "job-level"})
     view: Dict[str, Any] = {"job_id": str(job_id), "class": cls, "nodes": dict(sorted(nodes.items())),
-                            "sources": sources, "entries": entries}
+                            "sources": sources, "entries": every_entry}
+    if len(entries) < len(every_entry):
+        view["earlier_runs"] = [e for e in every_entry if e not in entries]
     if row is not None:
         view.update(state=row.get("State"), exit_code=row.get("ExitCode"), elapsed=row.get("Elapsed"),
                     node_list=row.get("NodeList"))
@@ -76,7 +84,7 @@ def assemble(job_id: str, row: Optional[Mapping[str, str]], records: List[Mappin
     return view
 
 
-ACCOUNTING_FIELDS = ["JobID", "State", "ExitCode", "Elapsed", "NodeList", "AdminComment"]
+ACCOUNTING_FIELDS = ["JobID", "JobIDRaw", "State", "ExitCode", "Elapsed", "NodeList", "AdminComment"]
 
 
 def gather(config, job_id: str, backend) -> Dict[str, Any]:
@@ -85,14 +93,14 @@ def gather(config, job_id: str, backend) -> Dict[str, Any]:
 
     from healthcheck.slurm import SlurmError
 
+    from .delivery import row_of
+
     problems = []
     row = None
     try:
-        rows = backend.accounting([job_id], ACCOUNTING_FIELDS)
-        row = next((r for r in rows if r.get("JobID") == str(job_id)), None)
+        row = row_of(backend.accounting([job_id], ACCOUNTING_FIELDS), job_id)
     except SlurmError as exc:
         problems.append(f"accounting: {exc}")
-    records = store.read_records(config.state_dir, job_id)
     live = None
     try:
         job = backend.job(job_id)
@@ -101,6 +109,10 @@ def gather(config, job_id: str, backend) -> Dict[str, Any]:
             problems.append(f"live Slurm: {job.problem}")
     except SlurmError as exc:
         problems.append(f"live Slurm: {exc}")
+    # The hooks keep records under the raw id (SLURM_JOB_ID): an array task's (524_7 is 531) or a
+    # heterogeneous component's; sacct's JobIDRaw or scontrol's JobId says which it is.
+    raw = (row or {}).get("JobIDRaw") or (live or {}).get("JobId") or str(job_id)
+    records = store.read_records(config.state_dir, raw) if store.JOB_ID.match(raw) else []
     node_list = (row or {}).get("NodeList") or (live or {}).get("NodeList") or ""
     names: List[str] = []
     if node_list and node_list not in ("None assigned", "(null)"):
@@ -109,6 +121,19 @@ def gather(config, job_id: str, backend) -> Dict[str, Any]:
         except Exception:  # noqa: BLE001 - a list we cannot expand is shown as it is
             names = []
     view = assemble(job_id, row, records, live, names)
+    view["raw_job_id"] = raw                 # SLURM_JOB_ID in the hooks; sacct's JobIDRaw
+    view["shown_job_id"] = (row or {}).get("JobID") or _shown_id(live) or raw     # 524_7, 1234+1
     if problems:
         view["problems"] = problems
     return view
+
+
+def _shown_id(live: Optional[Mapping[str, str]]) -> Optional[str]:
+    """scontrol's fields as sacct names the job: ``ArrayJobId_ArrayTaskId``, ``HetJobId+HetJobOffset``."""
+    if not live:
+        return None
+    if live.get("ArrayJobId") and live.get("ArrayTaskId"):
+        return f"{live['ArrayJobId']}_{live['ArrayTaskId']}"
+    if live.get("HetJobId") and live.get("HetJobOffset"):
+        return f"{live['HetJobId']}+{live['HetJobOffset']}"
+    return None

@@ -52,3 +52,95 @@ def test_cli_shows_a_job_from_records_and_fails_cleanly_on_bad_input(sim_config,
     assert missing.exit_code == 1 and missing.stderr.startswith("slurm-gpu: job 10:") and "Traceback" not in missing.stderr
     bad = run_cli(["job", "1;2", "--config", sim_config])
     assert bad.exit_code == 2 and bad.stderr.count("\n") == 1
+
+
+# -- every job shape: array tasks, heterogeneous components, requeued runs ---------------------------
+
+ARRAY_ROWS = [  # what `sacct -X -j 524` lists for `sbatch --array=1-3` (the last task keeps the raw id 524)
+    {"JobID": "524_1", "JobIDRaw": "525", "State": "COMPLETED", "ExitCode": "0:0", "NodeList": "gpu1",
+     "AdminComment": stored({"node": "*", "class": "COMPLETED"})},
+    {"JobID": "524_2", "JobIDRaw": "526", "State": "FAILED", "ExitCode": "3:0", "NodeList": "gpu2",
+     "AdminComment": stored({"node": "*", "class": "FAILED", "exit": 3})},
+    {"JobID": "524_3", "JobIDRaw": "524", "State": "COMPLETED", "ExitCode": "0:0", "NodeList": "gpu3",
+     "AdminComment": ""},
+    {"JobID": "1234+0", "JobIDRaw": "1234", "State": "COMPLETED", "ExitCode": "0:0", "NodeList": "gpu1",
+     "AdminComment": ""},
+    {"JobID": "1234+1", "JobIDRaw": "1235", "State": "FAILED", "ExitCode": "1:0", "NodeList": "gpu2",
+     "AdminComment": stored({"node": "*", "class": "FAILED", "exit": 1})},
+]
+
+
+def test_the_delivery_finds_an_array_task_or_het_component_by_its_raw_id():
+    from healthcheck.slurm.fake import FakeBackend
+    from slurm_hooks.delivery import SlurmAccounting, row_of
+
+    backend = FakeBackend()
+    backend.accounting_rows = ARRAY_ROWS
+    accounting = SlurmAccounting(backend)
+    assert ac.parse(accounting.get_admin_comment("526"))[0]["class"] == "FAILED"      # the hooks' SLURM_JOB_ID
+    assert accounting.get_admin_comment("524") == ""                                   # task 3, not the array
+    assert ac.parse(accounting.get_admin_comment("1235"))[0]["exit"] == 1
+    assert accounting.get_admin_comment("999") is None
+    assert row_of(ARRAY_ROWS, "524_2")["JobIDRaw"] == "526" and row_of(ARRAY_ROWS, "1234+1")["JobIDRaw"] == "1235"
+
+
+def test_slurm_gpu_job_shows_an_array_task_by_its_shown_id_and_by_its_raw_id(tmp_path):
+    from healthcheck.slurm.fake import FakeBackend
+    from slurm_hooks.jobview import gather
+
+    class Config:
+        state_dir = str(tmp_path)
+    store.write_record(Config.state_dir, {"job_id": "526", "node": "gpu2", "class": "GPU_LOST", "evidence": [],
+                                          "cause": {"kind": "xid", "code": 79, "gpu": 1}})
+    backend = FakeBackend()
+    backend.accounting_rows = ARRAY_ROWS
+    for asked in ("524_2", "526"):
+        view = gather(Config, asked, backend)
+        assert (view["job_id"], view["shown_job_id"], view["raw_job_id"]) == (asked, "524_2", "526")
+        assert view["class"] == "GPU_LOST" and view["nodes"]["gpu2"]["evidence"]["xid"] == 79
+        assert view["state"] == "FAILED" and view["sources"] == ["accounting", "records"]
+    view = gather(Config, "1234+1", backend)
+    assert view["raw_job_id"] == "1235" and view["class"] == "FAILED"
+
+
+def test_a_requeued_job_is_shown_by_its_last_run_with_the_earlier_ones_kept():
+    row = {"JobID": "77", "State": "COMPLETED", "ExitCode": "0:0", "NodeList": "gpu2",
+           "AdminComment": stored({"node": "*", "class": "PREEMPTED"}, {"node": "*", "class": "COMPLETED", "run": 1})}
+    view = assemble("77", row, [], None, ["gpu2"])
+    assert view["class"] == "COMPLETED" and view["nodes"]["gpu2"]["class"] == "COMPLETED"
+    assert [e["class"] for e in view["earlier_runs"]] == ["PREEMPTED"]
+
+
+def test_cli_accepts_the_ids_sacct_shows_and_refuses_others(sim_config):
+    with open(sim_config, "a") as handle:
+        handle.write('[slurm]\nbin_dir = "/nonexistent-slurm"\n')
+    for shown in ("524_7", "1234+1"):
+        result = run_cli(["job", shown, "--config", sim_config])
+        assert result.exit_code == 1 and "Traceback" not in result.stderr      # unknown here, but an id
+    for bad in ("524_", "1234+1+2", "+1", "524_7;x"):
+        result = run_cli(["job", bad, "--config", sim_config])
+        assert result.exit_code == 2 and "is not a Slurm job id" in result.stderr
+
+
+def test_a_delivery_round_reads_every_queued_job_with_one_sacct(tmp_path):
+    from healthcheck.records import outbox
+    from healthcheck.slurm.fake import FakeBackend
+    from slurm_hooks.delivery import SlurmAccounting
+
+    class Accounted(FakeBackend):
+        def set_admin_comment(self, job_id, text):
+            super().set_admin_comment(job_id, text)
+            for row in self.accounting_rows:
+                if row["JobIDRaw"] == job_id:
+                    row["AdminComment"] = ac.as_stored_by_sacctmgr(text)
+
+    backend = Accounted()
+    backend.accounting_rows = [{"JobID": f"600_{t}", "JobIDRaw": str(600 + t), "AdminComment": ""} for t in range(1, 11)]
+    for t in range(1, 11):
+        outbox.enqueue(str(tmp_path), str(600 + t), {"node": "*", "class": "COMPLETED"})
+    settings = outbox.DeliverySettings(verify_delay_s=0, jitter_s=0)
+    report = outbox.deliver_pending(str(tmp_path), SlurmAccounting(backend), settings, sleep=lambda s: None)
+    assert sorted(report.delivered) == [str(600 + t) for t in range(1, 11)]
+    reads = [call for call in backend.calls if call[0] == "accounting"]
+    assert len(reads) == 2, reads                     # one read, then one read-back, for all ten
+    assert len([call for call in backend.calls if call[0] == "set_admin_comment"]) == 10

@@ -52,3 +52,25 @@ def test_entries_survive_what_sacctmgr_does_to_the_field():
     assert ac.contains(stored, {"node": "GPU2", "class": "GPU_LOST"})
     again = ac.merge(stored, [{"node": "gpu2", "class": "GPU_ECC"}])
     assert [e["class"] for e in ac.parse(again)] == ["GPU_ECC"]
+
+
+def test_an_admins_text_jobstats_and_our_entries_of_every_node_and_run_coexist():
+    """AdminComment written by others survives (issue 19): jobstats' JS1: blob, an admin's note
+    (scontrol update / sacctmgr / scancel --admin-comment on 25.11+) and our entries, merged in any
+    order, as sacctmgr stores them; merging again changes nothing of theirs."""
+    admin = "ops: swap 'gpu3' on \"tuesday\" -- ticket 4711"
+    text = ac.merge(admin, [{"node": "*", "class": "PREEMPTED"}])
+    text = ac.as_stored_by_sacctmgr(text + " " + JS)                 # jobstats wrote after us
+    text = ac.merge(text, [{"node": "*", "class": "COMPLETED", "run": 1}, {"node": "gpu2", "class": "GPU_LOST",
+                                                                         "gpu": 3, "run": 1}])
+    stored = ac.as_stored_by_sacctmgr(text)
+    assert ac.others(stored) == ac.as_stored_by_sacctmgr(admin + " " + JS)
+    assert [(e["node"], e["class"], e.get("run")) for e in ac.parse(stored)] == [
+        ("*", "PREEMPTED", None), ("*", "COMPLETED", 1), ("gpu2", "GPU_LOST", 1)]
+    again = ac.merge(stored, [{"node": "gpu2", "class": "GPU_LOST", "gpu": 3, "run": 1}])
+    assert ac.others(again) == ac.others(stored) and ac.parse(again) == ac.parse(stored)
+    # an admin who rewrote the field with their text only (our entries gone) keeps it; ours come back
+    rewritten = ac.merge("please keep", [{"node": "*", "class": "COMPLETED"}])
+    assert rewritten == "please keep " + ac.encode({"node": "*", "class": "COMPLETED"})
+    assert ac.contains(stored, {"node": "gpu2", "class": "GPU_LOST", "run": 1})
+    assert not ac.contains(stored, {"node": "gpu2", "class": "GPU_LOST"})     # run 0 wrote none

@@ -350,3 +350,34 @@ def test_records_that_want_an_entry_but_were_never_queued_are_queued_once(tmp_pa
     assert item["entry"] == {"node": "gpu1", "class": "GPU_LOST", "gpu": 3}
     assert list(outbox.pending(state)) == ["70"]
     assert outbox.requeue_missing(state, 86400, now=now + 2) == []        # marked: not again
+
+
+def test_a_requeued_jobs_earlier_run_keeps_its_record_queue_file_and_entry(tmp_path):
+    from healthcheck.records.classify import job_class
+
+    state = str(tmp_path)
+    first = {"job_id": "80", "node": "*", "class": "PREEMPTED", **store.run_of({"SLURM_JOB_RESTART_COUNT": "0"})}
+    store.write_record(state, first)
+    outbox.enqueue(state, "80", store.entry_for(first))
+    second = {"job_id": "80", "node": "*", "class": "COMPLETED", **store.run_of({"SLURM_JOB_RESTART_COUNT": "1"})}
+    store.write_record(state, second)
+    outbox.enqueue(state, "80", store.entry_for(second))
+    assert store.read_record(state, "80", "*")["class"] == "COMPLETED"
+    assert [r["class"] for r in store.earlier_runs(state, "80")] == ["PREEMPTED"]
+    assert [r["class"] for r in store.read_records(state, "80")] == ["COMPLETED"]
+    assert len(outbox.pending(state)["80"]) == 2                 # the first run's entry not replaced
+    acct = FakeAccounting({"80": JS})
+    assert outbox.deliver_pending(state, acct, FAST).delivered == ["80"]
+    entries = ac.parse(acct.comments["80"])
+    assert [(e["class"], e.get("run")) for e in entries] == [("PREEMPTED", None), ("COMPLETED", 1)]
+    assert job_class(entries) == "COMPLETED" and ac.others(acct.comments["80"]) == JS
+
+
+def test_a_run_is_its_sluid_where_the_release_sets_it_else_its_restart_count():
+    assert store.run_of({"SLURM_JOB_RESTART_COUNT": "2"}) == {"run": 2, "restarts": 2}
+    assert store.run_of({"SLURM_JOB_SLUID": "sABC123", "SLURM_JOB_RESTART_COUNT": "1"}) == \
+        {"run": "sABC123", "restarts": 1}
+    assert store.run_of({"SLURM_JOB_SLUID": "../x", "SLURM_JOB_RESTART_COUNT": "x"}) == {"run": 0, "restarts": 0}
+    assert store.run_of({}, {"Restarts": "3"}) == {"run": 3, "restarts": 3}
+    # the epilog of a run being requeued already sees the new count (22.05): it is still run 0
+    assert store.run_of({"SLURM_JOB_RESTART_COUNT": "1"}, requeued=True) == {"run": 0, "restarts": 0}

@@ -6,6 +6,8 @@ An entry is ``SGH1:`` followed by one compact JSON object (ASCII only, no newlin
     SGH1:{"v":1,"node":"*","class":"COMPLETED","nodes":"gpu[1-3]","t":1764480000}
 
 * ``node`` is the node the entry speaks for; ``"*"`` is the job-level entry (EpilogSlurmctld).
+  ``run`` (absent for a job's first run) is the restart count of a requeued job's later run: each
+  run's ending is its own entry (one per node and run).
 * ``class`` is one of ``records.classes.CLASSES``; other keys are compact evidence (``gpu``,
   ``xid``, ``check``, ``exit``, ``signal``, ``msg``, ``oom``: which GPU out-of-memory message);
   the full evidence stays in the node's record.
@@ -16,7 +18,7 @@ An entry is ``SGH1:`` followed by one compact JSON object (ASCII only, no newlin
   (node names, messages) come back lower-cased.
 * The field is shared: other tools write there too (Princeton's jobstats writes ``JS1:<base64>``).
   ``merge`` keeps every byte that is not one of our entries, replaces our entry for the same
-  ``node``, and separates entries by one space. Entries are found by parsing JSON from each
+  ``node`` and ``run``, and separates entries by one space. Entries are found by parsing JSON from each
   ``SGH1:``, so a JSON string that contains spaces or "SGH1:" cannot confuse the reader.
 """
 from __future__ import annotations
@@ -93,7 +95,9 @@ def contains(text: Optional[str], entry: Dict[str, Any]) -> bool:
 
 
 def _node(entry: Dict[str, Any]) -> str:
-    return str(entry.get("node")).lower()
+    """What one entry speaks for: its node, and its run for a requeued job's later runs (``run``)."""
+    run = entry.get("run") or 0
+    return str(entry.get("node")).lower() + (f"#{run}" if run else "")
 
 
 def as_stored_by_sacctmgr(text: str) -> str:

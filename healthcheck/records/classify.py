@@ -266,8 +266,9 @@ def job_class(entries: Iterable[Mapping[str, Any]]) -> str:
     """One class for a whole job from its entries (per node, and the job-level ``"*"``):
     the strongest hardware class any node reports; else the strongest application class any
     node reports (GPU_OOM), when the job-level entry's class is one it replaces (FAILED) or there
-    is none; else the job-level entry's class; else the most severe Slurm class among the nodes."""
-    entries = list(entries)
+    is none; else the job-level entry's class; else the most severe Slurm class among the nodes.
+    A requeued job is classed by its last run (``run``): earlier runs' entries stay, as history."""
+    entries = latest_run(entries)
     table = rules()
     classes = [str(e.get("class", "")).upper() for e in entries]
     hardware = [c for c in classes if c in table["hardware_precedence"]]
@@ -283,3 +284,15 @@ def job_class(entries: Iterable[Mapping[str, Any]]) -> str:
     severity = table["slurm_severity"]
     known = [c for c in classes if c in severity]
     return min(known, key=severity.index) if known else UNKNOWN
+
+
+def run_number(entry: Mapping[str, Any]) -> int:
+    run = entry.get("run")
+    return run if isinstance(run, int) and not isinstance(run, bool) and run > 0 else 0
+
+
+def latest_run(entries: Iterable[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    """The entries of a job's last run (a requeued job writes one set per run, ``run``)."""
+    entries = list(entries)
+    last = max((run_number(e) for e in entries), default=0)
+    return [e for e in entries if run_number(e) == last]

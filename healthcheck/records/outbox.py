@@ -42,6 +42,15 @@ class Accounting(Protocol):
     def set_admin_comment(self, job_id: str, text: str) -> None: ...
 
 
+def _read_all(accounting: Accounting, job_ids: List[str]) -> Dict[str, Optional[str]]:
+    """Every job's AdminComment: in one call where the accounting offers ``get_admin_comments``
+    (one sacct for the whole round), else one call per job."""
+    many = getattr(accounting, "get_admin_comments", None)
+    if many is not None and job_ids:
+        return many(job_ids)
+    return {job: accounting.get_admin_comment(job) for job in job_ids}
+
+
 @dataclass
 class DeliverySettings:
     attempts: int = 5
@@ -90,8 +99,9 @@ def write_jobs(accounting: Accounting, jobs: Dict[str, List[Dict[str, Any]]], se
     todo = dict(jobs)
     for _ in range(max(1, settings.attempts)):
         written = []
+        read = _read_all(accounting, list(todo))
         for job, entries in todo.items():
-            current = accounting.get_admin_comment(job)
+            current = read.get(job)
             if current is None:
                 results[job] = WriteResult(False, writes[job], "the job is not in accounting yet")
             elif all(admin_comment.contains(current, entry) for entry in entries):
@@ -104,8 +114,9 @@ def write_jobs(accounting: Accounting, jobs: Dict[str, List[Dict[str, Any]]], se
             return results
         sleep(settings.verify_delay_s + rng.uniform(0, settings.jitter_s))
         todo = {}
+        read = _read_all(accounting, written)
         for job in written:
-            after = accounting.get_admin_comment(job)
+            after = read.get(job)
             if after is not None and all(admin_comment.contains(after, entry) for entry in jobs[job]):
                 results[job] = WriteResult(True, writes[job])
             else:
@@ -131,14 +142,16 @@ def outbox_dir(state_dir: str) -> str:
     return os.path.join(state_dir, OUTBOX_DIR)
 
 
-def _entry_path(state_dir: str, job_id: str, node: str) -> str:
+def _entry_path(state_dir: str, job_id: str, node: str, run: Any = 0) -> str:
+    """``<job>.<node>.json``; a requeued job's later run ``<job>.<node>.r<run>.json`` (each run's kept)."""
     name = "_job" if node == JOB_LEVEL else fsutil.path_component(node)
-    return os.path.join(outbox_dir(state_dir), f"{job_id_ok(job_id)}.{name}.json")
+    suffix = f".r{int(run)}" if isinstance(run, int) and not isinstance(run, bool) and run > 0 else ""
+    return os.path.join(outbox_dir(state_dir), f"{job_id_ok(job_id)}.{name}{suffix}.json")
 
 
 def enqueue(state_dir: str, job_id: str, entry: Dict[str, Any], now: Optional[float] = None) -> str:
     """Queue ``entry`` (with its ``node``) for ``job_id``; a newer entry for the same node replaces it."""
-    path = _entry_path(state_dir, job_id, str(entry["node"]))
+    path = _entry_path(state_dir, job_id, str(entry["node"]), entry.get("run", 0))
     fsutil.ensure_dir(os.path.dirname(path))
     item = {"job_id": str(job_id), "entry": entry, "queued_at": time.time() if now is None else now}
     fsutil.atomic_write(path, json.dumps(item) + "\n")        # entry keys keep their order
@@ -368,7 +381,7 @@ def requeue_missing(state_dir: str, expire_s: float, now: Optional[float] = None
     queued: List[str] = []
     try:
         for record in store.records_needing_queue(state_dir, since):
-            if os.path.exists(_entry_path(state_dir, record["job_id"], str(record["node"]))):
+            if os.path.exists(_entry_path(state_dir, record["job_id"], str(record["node"]), record.get("restarts", 0))):
                 store.mark_queued(state_dir, record["job_id"], record["node"])
                 continue
             queue_record(state_dir, record, now=float(record.get("amended_at") or record.get("ended_at") or now))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from .. import fsutil
 
@@ -25,7 +25,17 @@ JOB_LEVEL = "*"
 RECENT_KEEP = 64
 RECORD_VERSION = 1
 
-_JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$")
+JOB_ID = _JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$")
+
+
+# What a person may name a job by: also a heterogeneous job's component as sacct shows it (1234+1).
+SHOWN_JOB_ID = re.compile(r"^[0-9]{1,12}([_+][0-9]{1,9})?$")
+
+
+def shown_job_id_ok(job_id: str) -> str:
+    if not SHOWN_JOB_ID.match(str(job_id)):
+        raise ValueError(f"{job_id!r} is not a Slurm job id (1234, 1234_7 or 1234+1)")
+    return str(job_id)
 
 
 def job_id_ok(job_id: str) -> str:
@@ -58,12 +68,48 @@ def _write_json(path: str, data: Dict[str, Any]) -> None:
 
 
 def write_record(state_dir: str, record: Dict[str, Any]) -> str:
-    """Write (or replace) the record of ``record["job_id"]`` on ``record["node"]``."""
+    """Write (or replace) the record of ``record["job_id"]`` on ``record["node"]``. A requeued
+    job's earlier run (another ``run``: its SLURM_JOB_SLUID, else its restart count) is kept as
+    ``<node>.run-<run>.json`` (``earlier_runs``), never overwritten by the next run's ending."""
     record = dict(record)
     record.setdefault("v", RECORD_VERSION)
     path = record_path(state_dir, record["job_id"], record["node"])
+    before = fsutil.read_state_json(path)
+    if before is not None and "run" in record and before.get("run", 0) != record["run"]:
+        run = fsutil.path_component(str(before.get("run", 0)))
+        os.replace(path, os.path.join(os.path.dirname(path), f"{_node_file(record['node'])}{RUN_INFIX}{run}.json"))
     _write_json(path, record)
     return path
+
+
+RUN_INFIX = ".run-"
+
+
+def run_of(env: Mapping[str, str], fields: Optional[Mapping[str, str]] = None,
+           requeued: bool = False) -> Dict[str, Any]:
+    """Which run of a job an epilog saw: ``restarts``, the run's index (SLURM_JOB_RESTART_COUNT, else
+    scontrol's Restarts; a run that is being requeued already counts its requeue there, measured on
+    22.05: ``requeued`` takes it back), and ``run`` (SLURM_JOB_SLUID where the release sets it,
+    25.11+; else ``restarts``)."""
+    text = env.get("SLURM_JOB_RESTART_COUNT") or (fields or {}).get("Restarts") or "0"
+    restarts = int(text) if text.isdigit() and len(text) < 7 else 0
+    if requeued and restarts > 0:
+        restarts -= 1
+    sluid = env.get("SLURM_JOB_SLUID", "")
+    run: Any = sluid if re.match(r"^[0-9A-Za-z]{1,40}$", sluid) else restarts
+    return {"run": run, "restarts": restarts}
+
+
+def earlier_runs(state_dir: str, job_id: str) -> List[Dict[str, Any]]:
+    """The records of a requeued job's earlier runs (``write_record`` kept them)."""
+    directory = job_dir(state_dir, job_id)
+    try:
+        names = sorted(n for n in os.listdir(directory) if RUN_INFIX in n and n.endswith(".json"))
+    except OSError:
+        return []
+    found = [fsutil.read_state_json(os.path.join(directory, name)) for name in names]
+    return sorted((r for r in found if r is not None and str(r.get("job_id")) == str(job_id)),
+                  key=lambda r: (r.get("ended_at") or 0, str(r.get("node"))))
 
 
 def read_record(state_dir: str, job_id: str, node: str) -> Optional[Dict[str, Any]]:
@@ -79,7 +125,8 @@ def read_records(state_dir: str, job_id: str) -> List[Dict[str, Any]]:
         return []
     records = []
     for name in names:
-        if name.endswith(".json") and not name.endswith(".baseline.json") and not name.startswith("."):
+        if name.endswith(".json") and not name.endswith(".baseline.json") and not name.startswith(".") \
+                and RUN_INFIX not in name:
             data = fsutil.read_state_json(os.path.join(directory, name))
             if data is not None and str(data.get("job_id")) == str(job_id):
                 records.append(data)
@@ -183,6 +230,8 @@ def entry_for(record: Dict[str, Any]) -> Dict[str, Any]:
             entry[key] = record[key]
     if record.get("amended_at"):
         entry["late"] = True
+    if record.get("restarts"):
+        entry["run"] = record["restarts"]      # a requeued job's later run: its own entry, the earlier kept
     return entry
 
 
@@ -228,7 +277,8 @@ def records_needing_queue(state_dir: str, since: float) -> Iterable[Dict[str, An
         except OSError:
             continue
         for name in names:
-            if not name.endswith(".json") or name.endswith(".baseline.json") or name.startswith("."):
+            if not name.endswith(".json") or name.endswith(".baseline.json") or name.startswith(".") \
+                    or RUN_INFIX in name:
                 continue
             path = os.path.join(directory, name)
             try:

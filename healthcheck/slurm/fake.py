@@ -99,7 +99,8 @@ class FakeBackend:
         self._call("accounting", ",".join(str(j) for j in job_ids))
         wanted = {str(j) for j in job_ids}
         return [{key: row.get(key, "") for key in fields} for row in self.accounting_rows
-                if not wanted or row.get("JobID", "").split("_")[0].split(".")[0] in wanted]
+                if not wanted or row.get("JobID", "").split("_")[0].split(".")[0] in wanted
+                or row.get("JobID") in wanted or row.get("JobIDRaw") in wanted]
 
     def expand_hostlist(self, expression: str) -> List[str]:
         import hostlist

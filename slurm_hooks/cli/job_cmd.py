@@ -20,15 +20,18 @@ from .common import config_option, fail, load_config
 def job(job_id: str, as_json: bool, config_path) -> None:
     """Show how job JOBID ended: its class, per node, and the evidence (exit 1: unknown job).
 
+    JOBID is the id sacct shows (4242, an array task 4242_7, a heterogeneous job's component
+    4242+1) or the raw id the hooks were given (SLURM_JOB_ID).
+
     Example: slurm-gpu job 4242 --json
     """
-    from healthcheck.records.store import job_id_ok
+    from healthcheck.records.store import shown_job_id_ok
 
     from ..delivery import backend_for
     from ..jobview import gather
 
     try:
-        job_id_ok(job_id)
+        shown_job_id_ok(job_id)
     except ValueError as exc:
         fail(str(exc))
     config = load_config(config_path)
