@@ -16,7 +16,7 @@ import copy
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Dict, Iterable, List, Optional
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
 
 from . import sources
 from .catalog import XidCatalog
@@ -131,11 +131,13 @@ class _Collector:
         self._repeat_stamp: Any = (None, None)
         self._lost_intro: Optional[LostIntro] = None
         self._whole_start = -1            # where the last whole driver line starts (the scanner's offsets)
+        self._stamped: Tuple[int, Optional[bytes]] = (-1, None)     # the last line's start and record stamp
 
     def scanner(self, clock: PrefixClock) -> LineScanner:
         self.clock = clock
         self._repeat_prefix = None
         self._whole_start = -1
+        self._stamped = (-1, None)
         self.current = LineScanner(self.on_line, self.stats, self.count_lines)
         return self.current
 
@@ -179,17 +181,16 @@ class _Collector:
         prefix on each line (/proc/kmsg, rsyslog's imklog keeping the kernel's stamp): the line
         before has the same stamp and was not itself a whole driver line of the same burst."""
         scanner = self.current
-        if scanner is None or scanner.previous_head is None:
+        if scanner is None:
             return False
-        if line[:1] != b"<" and b"kernel:" not in line[:320]:
+        stamp = record_stamp(line)
+        before_start, before = self._stamped
+        self._stamped = (scanner.line_start, stamp)
+        if stamp is None or scanner.previous_head is None:
             return False
-        stamp = record_stamp(line, max(message_start(line), 0))
-        if stamp is None:
-            return False
-        previous = scanner.previous_head
-        if record_stamp(previous, max(message_start(previous), 0)) != stamp:
-            return False
-        return scanner.previous_start != self._whole_start
+        if before_start != scanner.previous_start:          # the line before was no candidate
+            before = record_stamp(scanner.previous_head)
+        return before == stamp and scanner.previous_start != self._whole_start
 
     def _repeat(self, line: bytes) -> bool:
         """A flood repeats one kernel line with new timestamps: count it without parsing it again."""

@@ -92,7 +92,8 @@ _KERNEL_PREFIX = re.compile(
 _KMSG_HEAD = re.compile(rb"(\d{1,4}),\d{1,20},\d{1,20},[^;]{0,32};")
 # The kernel's own stamp of a record where the syslog interface repeats it on every line of a
 # multi-line record ("<4>[ 12.345678] ", and rsyslog's imklog keeping it: "... kernel: [ 12.345678] ").
-_RECORD_STAMP = re.compile(rb"(?:^<\d{1,3}>|kernel:[ \t]*)(\[ *\d{1,10}\.\d{1,9}\])")
+_STAMP_AFTER_TAG = re.compile(rb"kernel:[ \t]*(\[ *\d{1,10}\.\d{1,9}\])")
+_STAMP_AFTER_PRI = re.compile(rb"<\d{1,3}>(\[ *\d{1,10}\.\d{1,9}\])")
 # A driver line that may share its stamp with the next one (the driver prints these in one burst).
 _BOARD_SERIAL = re.compile(rb"NVRM: GPU Board Serial Number: [\w-]{1,64}\s*$")
 _NVLINK5_CODES = range(144, 151)
@@ -173,11 +174,16 @@ def continuation_start(line: bytes) -> int:
     return len(line) - len(stripped) if stripped and len(stripped) < len(line) else -1
 
 
-def record_stamp(line: bytes, start: int) -> Optional[bytes]:
+def record_stamp(line: bytes) -> Optional[bytes]:
     """The kernel's stamp of the record in ``line``'s prefix where the syslog interface repeats it
-    on every line of a multi-line record, or None."""
-    found = _RECORD_STAMP.search(line, 0, start) if start > 0 else None
-    return found.group(1).replace(b" ", b"") if found else None
+    on every line of a multi-line record (``<4>[ 12.345678]``, ``... kernel: [ 12.345678]``),
+    or None. Cheap: it runs on every line of a flood."""
+    if line[:1] == b"<":
+        found = _STAMP_AFTER_PRI.match(line)
+    else:
+        tag = line.find(b"kernel:", 0, 320)
+        found = _STAMP_AFTER_TAG.match(line, tag) if tag >= 0 else None
+    return found.group(1) if found else None
 
 
 def whole_driver_line(line: bytes, start: int) -> bool:
