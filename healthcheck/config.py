@@ -234,6 +234,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "offender_ratio": Field(float, minimum=1, maximum=1e6, doc="how many times the fleet's rate flags a node"),
         "offender_max_p": Field(float, minimum=0, maximum=1,
                                 doc="largest chance that bad luck flags any node of the fleet"),
+        "max_line_bytes": Field(int, minimum=1024, maximum=64_000_000,
+                                doc="longest accounting line read; a longer one is skipped and counted"),
         "sacct_timeout_s": Field(float, minimum=1, maximum=86400, doc="how long sacct may take for the whole window"),
     },
     "records": {

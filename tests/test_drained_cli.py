@@ -90,3 +90,15 @@ def test_resume_of_a_node_in_service_does_nothing(cluster):
     config, fake = cluster
     done = run("resume", "--config", config, "gpu3")
     assert done.exit_code == 0 and "nothing to resume" in done.stdout and fake.writes() == []
+
+
+def test_drained_escapes_control_characters_in_reasons(tmp_path, monkeypatch):
+    """A reason is anyone's text (`scontrol update reason=...`): a terminal must not obey it."""
+    config = tmp_path / "c.toml"
+    config.write_text(f'[paths]\nstate_dir = "{tmp_path}"\n')
+    fake = FakeBackend()
+    fake.add_node("gpu1", "IDLE+DRAIN", "evil\x1b]0;owned\x07\x1b[2J\x00end", "mallory\x1b[31m")
+    monkeypatch.setattr(drained_cmd, "_backend", lambda config: fake)
+    out = run("drained", "--config", str(config)).stdout
+    assert "\x1b" not in out and "\x07" not in out and "\x00" not in out
+    assert "evil\\x1b]0;owned\\x07\\x1b[2J\\x00end" in out and "mallory\\x1b[31m" in out

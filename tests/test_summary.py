@@ -595,3 +595,73 @@ def test_gpu_oom_jobs_are_counted_in_json_csv_and_html(tmp_path):
     out = tmp_path / "r.html"
     assert run("--input", str(path), "--html", str(out)).exit_code == 0
     assert "GPU_OOM" in out.read_text()
+
+
+# -- hostile input (issue 24): long lines, impossible values, control characters ------------------
+def _row(**fields):
+    line = lab_lines()[2].rstrip("\n").split("|")
+    for name, value in fields.items():
+        line[COL[name]] = value
+    return "|".join(line) + "\n"
+
+
+def test_a_line_past_the_cap_is_skipped_counted_and_said(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[summary]\nmax_line_bytes = 4096\n")
+    path = tmp_path / "s.txt"
+    long_line = _row(JobIDRaw="99", JobID="99", JobName="x" * 300_000)
+    path.write_text("".join(lab_lines()[:3]) + long_line + "".join(lab_lines()[3:]))
+    result = run("--config", str(config), "--input", str(path), "--json")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    assert report["jobs"] == 16                                          # every other row counted
+    assert "1 line(s) longer than 4096 bytes ([summary] max_line_bytes) were skipped" in result.stderr
+    assert any("longer than 4096 bytes" in note for note in report["notes"])
+    # the same through the reader the parallel path uses (several processes), and from stdin
+    from slurm_hooks.summary.accounting import LineCap
+    from slurm_hooks.summary.parallel import tally_file
+
+    cap = LineCap(4096)
+    assert tally_file(str(path), Filters(), 2, [], cap).jobs == 16 and cap.skipped == 1
+    with open(path, "rb") as handle:
+        lines = list(LineCap(4096).lines(handle))
+    assert len(lines) == len(lab_lines()) and all(len(line) < 4096 for line in lines)
+
+
+def test_the_live_feed_skips_a_line_past_the_cap_across_chunks():
+    from slurm_hooks.summary.accounting import LineCap, LineFeed
+
+    got = []
+    cap = LineCap(1024)
+    feed = LineFeed(got.extend, cap)
+    for chunk in (b"1\x1fa\n2\x1f", b"y" * 700, b"y" * 700, b"y" * 700 + b"\n3\x1fc\n", b"4\x1f" + b"z" * 3000 + b"\n5\n"):
+        feed.feed(chunk)
+    feed.close()
+    assert got == ["1\x1fa\n", "3\x1fc\n", "5\n"] and cap.skipped == 2
+
+
+@pytest.mark.parametrize("fields", [
+    {"ElapsedRaw": "-3600"},
+    {"ElapsedRaw": "9" * 12},                                            # 31,000 years
+    {"AllocTRES": "billing=1,cpu=1,gres/gpu=99999999999,node=1"},
+])
+def test_impossible_values_are_rejected_and_counted(tmp_path, fields):
+    path = tmp_path / "s.txt"
+    path.write_text("".join(lab_lines()) + _row(JobIDRaw="99", JobID="99", **fields))
+    result = run("--input", str(path), "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    clean = json.loads(run("--input", LAB_SACCT, "--json").stdout)
+    assert report["jobs"] == clean["jobs"] == 16
+    assert report["gpu_hours"] == clean["gpu_hours"]
+    assert "1 row(s) with impossible values were not counted" in result.stderr
+
+
+def test_csv_escapes_control_characters(tmp_path):
+    path = tmp_path / "s.txt"
+    path.write_text(_row(JobName="a\x1b[2Jb\x00c\x07d"))
+    for args in (["--csv", "--jobs"], ["--jobs"]):
+        result = run("--input", str(path), *args)
+        assert result.exit_code == 0
+        assert not any(ch in result.stdout for ch in "\x1b\x00\x07"), args
+        assert "a\\x1b[2Jb\\x00c\\x07d" in result.stdout

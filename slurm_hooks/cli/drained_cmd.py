@@ -14,6 +14,7 @@ from healthcheck.drain_reason import is_ours, parse_reason
 from healthcheck.slurm.backend import NodeInfo, SlurmError
 
 from .common import config_option, fail, load_config
+from .xid_cmd import terminal_safe
 
 RECOMMENDED = {
     "auto": "none: it resumes by itself once every check passes",
@@ -81,10 +82,11 @@ def drained(config_path: Optional[str], show_all: bool, as_json: bool) -> None:
         return
     for item in rows:
         mark = "ours" if item["ours"] else "not ours"
-        click.echo(f"{item['node']:<12} {item['state']:<24} {mark:<8} {item['set_by'] or '-':<8} "
-                   f"{item['since'] or '-':<24} {item['reason'] or ''}")
+        # A reason is anyone's text (scontrol takes what it is given): escape what a terminal obeys.
+        click.echo(terminal_safe(f"{item['node']:<12} {item['state']:<24} {mark:<8} {item['set_by'] or '-':<8} "
+                                 f"{item['since'] or '-':<24} {item['reason'] or ''}"))
         if item["recommended"]:
-            click.echo(f"{'':12} -> {item['recommended']}")
+            click.echo(terminal_safe(f"{'':12} -> {item['recommended']}"))
 
 
 @click.command()

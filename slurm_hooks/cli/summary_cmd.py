@@ -44,15 +44,16 @@ def _expand_nodes(expressions: List[str]) -> List[str]:
     return nodes
 
 
-def _open_input(path: str) -> IO[str]:
+def _open_input(path: str) -> IO[bytes]:
+    """Binary: lines are cut with a cap (``LineCap``) before they are decoded."""
     if path == "-":
-        return open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
+        return open(sys.stdin.fileno(), "rb", closefd=False)
     try:
         if path.endswith(".gz"):
             import gzip
 
-            return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-        return open(path, encoding="utf-8", errors="replace")
+            return gzip.open(path, "rb")
+        return open(path, "rb")
     except OSError as exc:
         fail(terminal_safe(f"--input {path}: {exc.strerror}"), EXIT_UNREADABLE)
         raise
@@ -166,8 +167,8 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     from slurm_hooks.summary import drains as drains_mod
     from healthcheck import bounded
     from healthcheck.slurm import SlurmError
-    from slurm_hooks.summary.accounting import (LIVE_DELIMITER, AccountingError, LineFeed, read_rows,
-                                                sacct_arguments)
+    from slurm_hooks.summary.accounting import (LIVE_DELIMITER, AccountingError, LineCap, LineFeed,
+                                                impossible_problem, read_rows, sacct_arguments)
     from slurm_hooks.summary.offenders import OffenderRules
     from slurm_hooks.summary.parallel import tally_file, workers_for
     from slurm_hooks.summary.report import build
@@ -186,19 +187,20 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     notes: List[str] = []
     prefix = cfg.section("drain").get("reason_prefix", "gpu-hooks:")
     backend = None
+    cap = LineCap(int(cfg.section("summary").get("max_line_bytes", LineCap().cap)))
     try:
         if input_path and not per_job and workers_for(input_path, workers) > 1:
-            tally = tally_file(input_path, filters, workers_for(input_path, workers), problems)
+            tally = tally_file(input_path, filters, workers_for(input_path, workers), problems, cap)
         elif input_path:
             with _open_input(input_path) as handle:
-                tally.add(read_rows(handle, problems))
+                tally.add(read_rows(cap.lines(handle), problems))
         else:
             backend = _backend(cfg)
             try:
                 sacct = backend.binary("sacct")
             except SlurmError as exc:
                 fail(terminal_safe(f"summary: {exc}"), EXIT_UNREADABLE)
-            feed = LineFeed(lambda lines: tally.add(read_rows(lines, problems, LIVE_DELIMITER)))
+            feed = LineFeed(lambda lines: tally.add(read_rows(lines, problems, LIVE_DELIMITER)), cap)
             argv = [sacct] + sacct_arguments(since_iso, until_iso, users, accounts, partitions, nodes, job_ids)
             try:
                 code, errors = bounded.stream(argv, float(cfg.section("summary").get("sacct_timeout_s", 600)),
@@ -217,6 +219,7 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     except OSError as exc:
         fail(terminal_safe(f"summary: reading {input_path or 'sacct'}: {exc}"), EXIT_UNREADABLE)
 
+    problems += [problem for problem in (cap.problem(), impossible_problem(tally.rejected)) if problem]
     drained, drain_note = _drained(backend, sinfo_path, input_path, prefix)
     if drain_note:
         notes.append(drain_note)

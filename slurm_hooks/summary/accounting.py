@@ -13,7 +13,7 @@ AdminComment before JobName: extra pieces are glued back, our entries (JSON, whi
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence
 
 from healthcheck.records import admin_comment
 
@@ -29,6 +29,53 @@ FIXED = I_ADMIN                                    # fields before the free text
 
 DEFAULT_DELIMITER = "|"
 LIVE_DELIMITER = "\x1f"                            # what we ask sacct for: no name can hold it
+
+
+DEFAULT_MAX_LINE_BYTES = 4 << 20                   # [summary] max_line_bytes
+_SKIP_PIECE = 1 << 20
+# Values no job can have: a row holding one is not counted (and is counted as rejected).
+MAX_ELAPSED_S = 10 * 366 * 86400
+MAX_JOB_GPUS = 1_000_000
+
+
+class LineCap:
+    """Lines of at most ``cap`` bytes (without the line end); a longer one is read through in
+    pieces, never held whole, and counted in ``skipped``."""
+
+    def __init__(self, cap: int = DEFAULT_MAX_LINE_BYTES):
+        self.cap = cap
+        self.skipped = 0
+
+    def lines(self, stream: BinaryIO, end: Optional[int] = None, start: int = 0) -> Iterator[str]:
+        """Decoded lines of ``stream`` (binary), from ``start`` to the line that reaches ``end``."""
+        readline, cap, position = stream.readline, self.cap, start
+        while end is None or position < end:
+            raw = readline(cap + 2)
+            if not raw:
+                return
+            position += len(raw)
+            if len(raw) > cap + 1 or (len(raw) == cap + 1 and raw[-1:] != b"\n"):
+                self.skipped += 1
+                while raw[-1:] != b"\n":
+                    raw = readline(_SKIP_PIECE)
+                    if not raw:
+                        return
+                    position += len(raw)
+                continue
+            yield raw.decode("utf-8", "replace")
+
+    def problem(self) -> Optional[str]:
+        if not self.skipped:
+            return None
+        return (f"{self.skipped} line(s) longer than {self.cap} bytes ([summary] max_line_bytes) "
+                "were skipped, not counted")
+
+
+def impossible_problem(count: int) -> Optional[str]:
+    if not count:
+        return None
+    return (f"{count} row(s) with impossible values were not counted (elapsed below 0 or above "
+            f"{MAX_ELAPSED_S} s, or more than {MAX_JOB_GPUS} GPUs)")
 
 
 class AccountingError(Exception):
@@ -138,19 +185,44 @@ class LineFeed:
     """sacct's output as the runner hands it over (``healthcheck.bounded.stream``: bytes in
     chunks) -> complete lines -> ``consume``; nothing more than one chunk is held."""
 
-    def __init__(self, consume: Callable[[List[str]], None]):
+    def __init__(self, consume: Callable[[List[str]], None], cap: Optional[LineCap] = None):
         self.consume = consume
         self.rest = b""
+        self.cap = cap or LineCap()
+        self.skipping = False            # inside a line past the cap: dropped up to its end
 
     def feed(self, chunk: bytes) -> None:
+        if self.skipping:
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                return
+            self.skipping = False
+            chunk = chunk[cut + 1:]
         data = self.rest + chunk
         cut = data.rfind(b"\n")
         if cut < 0:
-            self.rest = data
+            self.rest = self._capped(data)
             return
-        self.rest = data[cut + 1:]
+        self.rest = self._capped(data[cut + 1:])
+        lines = data[:cut + 1]
+        if cut > self.cap.cap:
+            lines = self._without_long(lines)
         # UTF-8 never puts a newline byte inside a character: cutting at one is safe.
-        self.consume(data[:cut + 1].decode("utf-8", "replace").splitlines(keepends=True))
+        self.consume(lines.decode("utf-8", "replace").splitlines(keepends=True))
+
+    def _without_long(self, lines: bytes) -> bytes:
+        pieces = lines.split(b"\n")[:-1]
+        kept = [piece for piece in pieces if len(piece) <= self.cap.cap]
+        self.cap.skipped += len(pieces) - len(kept)
+        return b"".join(piece + b"\n" for piece in kept) if len(kept) < len(pieces) else lines
+
+    def _capped(self, rest: bytes) -> bytes:
+        """The head of a line not yet ended, unless it is already past the cap."""
+        if len(rest) > self.cap.cap:
+            self.cap.skipped += 1
+            self.skipping = True
+            return b""
+        return rest
 
     def close(self) -> None:
         if self.rest:

@@ -11,7 +11,7 @@ import multiprocessing
 import os
 from typing import Iterator, List, Optional, Tuple
 
-from .accounting import detect_delimiter, read_rows
+from .accounting import LineCap, detect_delimiter, read_rows
 from .tally import Filters, Tally
 
 MIN_BYTES_PER_WORKER = 32 << 20
@@ -47,21 +47,19 @@ def byte_ranges(path: str, parts: int) -> List[Tuple[int, int]]:
     with open(path, "rb") as handle:
         for k in range(1, parts):
             handle.seek(max(size * k // parts - 1, bounds[-1]))
-            handle.readline()                # to the start of the next line
+            while True:                      # to the start of the next line, a piece at a time
+                piece = handle.readline(1 << 20)
+                if not piece or piece.endswith(b"\n"):
+                    break
             bounds.append(min(handle.tell(), size))
     bounds.append(size)
     return [(start, end) for start, end in zip(bounds, bounds[1:]) if end > start]
 
 
-def lines_between(path: str, start: int, end: int) -> Iterator[str]:
+def lines_between(path: str, start: int, end: int, cap: LineCap) -> Iterator[str]:
     with open(path, "rb") as handle:
         handle.seek(start)
-        position = start
-        for raw in handle:
-            yield raw.decode("utf-8", "replace")
-            position += len(raw)
-            if position >= end:
-                break
+        yield from cap.lines(handle, end, start)
 
 
 def _first_line(path: str) -> str:
@@ -69,24 +67,28 @@ def _first_line(path: str) -> str:
         return handle.readline(1 << 16).decode("utf-8", "replace")
 
 
-def _work(job: Tuple[str, int, int, str, Filters]) -> Tuple[Tally, List[str]]:
-    path, start, end, delimiter, filters = job
+def _work(job: Tuple[str, int, int, str, Filters, int]) -> Tuple[Tally, List[str], int]:
+    path, start, end, delimiter, filters, max_line = job
     problems: List[str] = []
     tally = Tally(filters)
-    tally.add(read_rows(lines_between(path, start, end), problems, delimiter))
-    return tally.finish(), problems
+    cap = LineCap(max_line)
+    tally.add(read_rows(lines_between(path, start, end, cap), problems, delimiter))
+    return tally.finish(), problems, cap.skipped
 
 
-def tally_file(path: str, filters: Filters, workers: int, problems: List[str]) -> Tally:
+def tally_file(path: str, filters: Filters, workers: int, problems: List[str],
+               cap: Optional[LineCap] = None) -> Tally:
     """The tally of a whole file read by ``workers`` processes (header checked once, by the
-    first range's reader)."""
+    first range's reader); lines past ``cap`` are counted into it."""
+    cap = cap if cap is not None else LineCap()
     delimiter = detect_delimiter(_first_line(path))
     ranges = byte_ranges(path, workers)
-    jobs = [(path, start, end, delimiter, filters) for start, end in ranges]
+    jobs = [(path, start, end, delimiter, filters, cap.cap) for start, end in ranges]
     with multiprocessing.get_context("fork").Pool(len(jobs)) as pool:
         results = pool.map(_work, jobs, chunksize=1)
     total = Tally(filters)
-    for tally, found in results:
+    for tally, found, skipped in results:
         total.merge(tally)
         problems.extend(found)
+        cap.skipped += skipped
     return total

@@ -17,7 +17,7 @@ from itertools import compress, islice, repeat
 from operator import add, getitem, itemgetter, mul
 from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from .accounting import INDEX, job_name
+from .accounting import INDEX, MAX_ELAPSED_S, MAX_JOB_GPUS, job_name
 from .classify import (HARDWARE, SIMPLE_HEAD, SOURCE_ACCOUNTING, SOURCE_HOOKS, STORED_HEAD, TAGS, UNFINISHED,
                        Verdict, classify, quick_cause, state_word)
 
@@ -154,6 +154,7 @@ class Tally:
         self.jobs = 0
         self.unfinished = 0
         self.filtered_out = 0
+        self.rejected = 0                # rows with values no job can have (accounting.MAX_*)
         self.gpu_seconds = 0
         self.hardware_jobs = 0
         self.hardware_gpu_seconds = 0.0
@@ -258,8 +259,16 @@ class Tally:
         try:
             elapsed = list(map(int, map(_ELAPSED, rows)))
         except ValueError:
-            elapsed = [int(value) if value.isdigit() else 0 for value in map(_ELAPSED, rows)]
+            elapsed = [int(value) if value.lstrip("-").isdigit() else 0 for value in map(_ELAPSED, rows)]
         gpus = list(map(self._gpu_counts.__getitem__, map(_TRES, rows)))
+        if min(elapsed) < 0 or max(elapsed) > MAX_ELAPSED_S or max(gpus) > MAX_JOB_GPUS:
+            # Rare: count what no job can be (2.2e26 GPU-hours), then tally the rest as usual.
+            possible = [row for row, busy, count in zip(rows, elapsed, gpus)
+                        if 0 <= busy <= MAX_ELAPSED_S and count <= MAX_JOB_GPUS]
+            self.rejected += len(rows) - len(possible)
+            if possible:
+                self.add_chunk(possible)
+            return
         gpu_seconds = list(map(mul, gpus, elapsed))
         keys = list(map(add, map(getitem, ends, repeat(_HOUR)), keys))
         self._key_jobs.update(keys)
@@ -342,7 +351,7 @@ class Tally:
         """Add another tally of other rows (a worker's) into this one."""
         other.finish()
         self.finish()
-        for name in ("jobs", "unfinished", "filtered_out", "gpu_seconds", "hardware_jobs",
+        for name in ("jobs", "unfinished", "filtered_out", "rejected", "gpu_seconds", "hardware_jobs",
                      "hardware_gpu_seconds", "drain_events"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self._key_jobs.update(other._key_jobs)

@@ -109,7 +109,10 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def csv_cell(value: Any) -> Any:
-    """Text a spreadsheet would run as a formula gets a leading apostrophe; numbers stay."""
+    """Control characters (ESC, NUL, ...) escaped as ``\\xNN``, as on the terminal; text a
+    spreadsheet would run as a formula gets a leading apostrophe; numbers stay."""
+    if isinstance(value, str):
+        value = terminal_safe(value)
     if isinstance(value, str) and value.startswith(_FORMULA_START):
         try:
             float(value)
