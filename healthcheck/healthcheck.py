@@ -40,71 +40,66 @@ def parse(argv: Optional[Sequence[str]]):
     return parser.parse_args(args)
 
 
-def _load_config(path: Optional[str]):
-    from .config import Config, ConfigError
-    from .hookenv import load_config_or_none
-
-    if path is None:
-        return load_config_or_none(os.environ, "healthcheck")
-    try:
-        return Config.load(path, os.environ)
-    except ConfigError as exc:
-        print(f"{PROG}: {exc.lines()[0]}", file=sys.stderr)
-    except OSError as exc:
-        print(f"{PROG}: {path}: {exc.strerror or exc}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from .shortlived import short_process
 
     with short_process():      # before the imports: a hook is one short process
-        from .hookenv import run_hook
+        from .hookenv import serve
 
-        return run_hook("healthcheck", lambda: _main(argv))
+        return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
+                     on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 
-def _main(argv: Optional[Sequence[str]]) -> int:
-    args = parse(argv)
-    config = _load_config(args.config)
-    if config is None:
-        return 0
+def _start(argv: Optional[Sequence[str]]):
+    """The options and the node (bad ones: one line, exit 2), the config (the default one not
+    usable: exit 0; a --config that is not: exit 2)."""
     from .config import node_name
-    from .hookenv import journal
-    from .watchdog import Watchdog, done_so_far, kill_children, progress, whole_run
+    from .hookenv import start
 
+    args = parse(argv)
     try:
         node = node_name(args.node, os.environ)
     except ValueError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    try:
-        deadline = float(config.section("health")["deadline_s"])
-    except (KeyError, TypeError, ValueError):
-        deadline = 45.0
-    try:
-        with whole_run(deadline):
-            result = _run(config, node, args.dry_run)
-    except Watchdog as fired:
-        kill_children()
-        done, changed = progress(), done_so_far("nothing drained")
-        print(f"{PROG}: {node}: the run took longer than {deadline:g} s ([health] deadline_s) and was stopped "
-              f"at {fired.where or 'an unknown step'}; {changed}, nothing committed: the next run decides again",
-              file=sys.stderr)
-        journal(config, "healthcheck", node, None, result="watchdog", at=fired.where, done=done)
-        return 0
-    except Exception as exc:  # noqa: BLE001 - the tool being broken is never the node being broken
-        print(f"{PROG}: {node}: internal error, nothing done: {type(exc).__name__}: {exc}", file=sys.stderr)
-        journal(config, "healthcheck", node, None, result="error", error=f"{type(exc).__name__}: {exc}")
-        return 0
+    run = start("healthcheck", os.environ, node=node, config_path=args.config)
+    if not isinstance(run, int):
+        run.options, run.job_id = args, None
+    return run
+
+
+def _body(run):
+    from .hookenv import Ending
+
+    args = run.options
+    result = _run(run.config, run.node, args.dry_run)
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=True))
     elif args.dry_run or sys.stdout.isatty():
         print(_human(result))
-    if not args.dry_run:
-        journal(config, "healthcheck", node, None, result=result.decision.kind, rule=result.decision.rule,
-                status=result.report.status, pending=len(result.tally.pending), committed=result.committed)
-    return 0
+    if args.dry_run:
+        return Ending(0)
+    return Ending(0, {"result": result.decision.kind, "rule": result.decision.rule, "status": result.report.status,
+                      "pending": len(result.tally.pending), "committed": result.committed})
+
+
+def _stopped_by_watchdog(run, deadline: float, where: str):
+    from .hookenv import Ending
+    from .watchdog import done_so_far, progress
+
+    done, changed = progress(), done_so_far("nothing drained")
+    print(f"{PROG}: {run.node}: the run took longer than {deadline:g} s ([health] deadline_s) and was stopped "
+          f"at {where or 'an unknown step'}; {changed}, nothing committed: the next run decides again",
+          file=sys.stderr)
+    return Ending(0, {"result": "watchdog", "at": where, "done": done})
+
+
+def _tool_error(run, exc: Exception):
+    """The tool being broken is never the node being broken: nothing done, exit 0."""
+    from .hookenv import Ending
+
+    print(f"{PROG}: {run.node}: internal error, nothing done: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return Ending(0, {"result": "error", "error": f"{type(exc).__name__}: {exc}"})
 
 
 def _run(config, node: str, dry_run: bool):

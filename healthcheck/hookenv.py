@@ -1,12 +1,114 @@
-"""What every hook shares: an entry that never fails the node over the tool's own faults, and
-loading config without ever failing the node over it."""
+"""What every hook shares: the one hook skeleton (``serve``: --help, config, watchdog, fail
+open, journal), an entry that never fails the node over the tool's own faults, and loading
+config without ever failing the node over it.
+
+The four entry points (prolog, epilog, health check, TaskProlog) are compositions of it::
+
+    def main(argv=None):
+        from healthcheck.shortlived import short_process
+
+        with short_process():          # the collector off before any import: one short process
+            from healthcheck.hookenv import serve
+
+            return serve("prolog", argv, _body, doc=__doc__, example=..., start=_start,
+                         deadline=("prolog", "deadline_s"), on_watchdog=_stopped, on_error=_broken)
+
+``start(argv)`` loads the config and names the run (``HookRun``; an int ends the hook with that
+status: no config, bad arguments), ``_body(run)`` does the hook's work and returns its
+``Ending`` (exit status, journal line), ``on_watchdog``/``on_error`` say what a run stopped at its
+deadline or broken by the tool's own fault ends with. Without ``deadline`` (the TaskProlog) there
+is no watchdog, and an ``Ending`` without a journal line journals nothing.
+"""
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .config import Config, ConfigError
+
+
+@dataclass
+class HookRun:
+    """One run of a hook, as the skeleton hands it to the hook's body."""
+    hook: str                                   # the journal's name ("epilog_slurmctld" for the ctld epilog)
+    config: Config
+    node: str
+    job_id: Optional[str] = None
+    journal: Dict[str, Any] = field(default_factory=dict)   # fields every journal line of the run carries
+    options: Any = None                         # the hook's parsed options (the health check's)
+
+
+class Ending(NamedTuple):
+    exit: int
+    journal: Optional[Dict[str, Any]] = None    # the journal line's detail; None: nothing journaled
+
+
+def start(name: str, env: Mapping[str, str] = os.environ, hook: Optional[str] = None, node: Optional[str] = None,
+          config_path: Optional[str] = None, **journal: Any) -> Union[HookRun, int]:
+    """The usual start of a hook: its config (the default one not usable: exit 0, one line; an
+    explicit ``config_path`` a person gave that is not usable: one line, exit 2), its node (``node``,
+    else ``SLURMD_NODENAME``) and job; ``journal``: fields every journal line of the run carries."""
+    from .config import node_name
+
+    if config_path is not None:
+        try:
+            config = Config.load(config_path, env)
+        except ConfigError as exc:
+            print(f"slurm-gpu-{name}: {exc.lines()[0]}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"slurm-gpu-{name}: {config_path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    else:
+        config = load_config_or_none(env, name)
+    if config is None:
+        return 0
+    return HookRun(hook or name, config, node if node is not None else node_name(None, env),
+                   env.get("SLURM_JOB_ID"), dict(journal))
+
+
+def serve(name: str, argv: Optional[Sequence[str]], body: Callable[[HookRun], Ending], *, doc: str = "",
+          example: str = "", start: Optional[Callable[[Optional[Sequence[str]]], Union[HookRun, int]]] = None,
+          deadline: Optional[Tuple[str, str]] = None,
+          on_watchdog: Optional[Callable[[HookRun, float, str], Ending]] = None,
+          on_error: Optional[Callable[[HookRun, Exception], Ending]] = None) -> int:
+    """The one hook skeleton (module docstring). ``doc``: a hook Slurm runs without arguments
+    answers --help from it and refuses any other argument; ``deadline``: the config's (section,
+    key) of the whole-run watchdog. Whatever escapes (a bug in a handler, a start that raises) is
+    the tool being broken: one line, exit 0 (``run_hook``, whose short process it runs in too)."""
+    if doc:
+        asked = help_requested(name, argv, doc, example)
+        if asked is not None:
+            return asked
+    return run_hook(name, lambda: _serve(name, argv, body, start, deadline, on_watchdog, on_error))
+
+
+def _serve(name, argv, body, begin, deadline, on_watchdog, on_error) -> int:
+    run = (begin or (lambda _: start(name)))(argv)
+    if isinstance(run, int):
+        return run
+    if deadline is None:
+        ending = body(run)
+    else:
+        from .watchdog import Watchdog, kill_children, whole_run
+
+        section, key = deadline
+        limit = float(run.config.section(section)[key])
+        try:
+            with whole_run(limit):
+                ending = body(run)
+        except Watchdog as fired:
+            kill_children()
+            ending = on_watchdog(run, limit, fired.where) if on_watchdog else Ending(0, {"result": "watchdog"})
+        except Exception as exc:  # noqa: BLE001 - the tool being broken is never the node being broken
+            if on_error is None:
+                raise
+            ending = on_error(run, exc)
+    if ending.journal is not None:
+        journal(run.config, run.hook, run.node, run.job_id, **{**run.journal, **ending.journal})
+    return ending.exit
 
 
 def run_hook(hook: str, body: Callable[[], int]) -> int:

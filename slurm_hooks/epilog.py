@@ -35,55 +35,57 @@ def hook_identity(env=os.environ):
     return "epilog", node_name(None, env)
 
 
+EXAMPLE = ("SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_SCRIPT_CONTEXT=epilog_slurmd slurm-gpu-epilog   "
+           "# after job 42")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from healthcheck.shortlived import short_process
 
     with short_process():      # before the imports: a hook is one short process
-        from healthcheck.hookenv import help_requested, run_hook
+        from healthcheck.hookenv import serve
 
-        asked = help_requested("epilog", argv, __doc__ or "", 'SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_SCRIPT_CONTEXT=epilog_slurmd slurm-gpu-epilog   # after job 42')
-        if asked is not None:
-            return asked
-        return run_hook("epilog", lambda: _run(argv))
+        return serve("epilog", argv, _body, doc=__doc__ or "", example=EXAMPLE, start=_start,
+                     deadline=("records", "epilog_deadline_s"), on_watchdog=_stopped_by_watchdog,
+                     on_error=_tool_error)
 
 
-def _run(argv: Optional[Sequence[str]]) -> int:
-    from healthcheck.hookenv import journal, load_config_or_none
+def _start(argv):
+    from healthcheck.hookenv import start
 
-    config = load_config_or_none(os.environ, "epilog")
-    if config is None:
-        return 0
     hook, node = hook_identity(os.environ)
-    job_id = os.environ.get("SLURM_JOB_ID")
-    from healthcheck.watchdog import Watchdog, done_so_far, kill_children, progress, whole_run
+    return start("epilog", os.environ, hook=hook, node=node, context=os.environ.get("SLURM_SCRIPT_CONTEXT"))
 
-    deadline = float(config.section("records")["epilog_deadline_s"])
-    try:
-        with whole_run(deadline):
-            if hook == "epilog_slurmctld":
-                result = run_epilog_slurmctld(config, os.environ)
-            else:
-                result = run_epilog(config, node, os.environ)
-    except Watchdog as fired:
-        # Whatever was written (the record, the queued entry, a drain) stays; the rest is not done.
-        kill_children()
-        done, kept = progress(), done_so_far("nothing written yet")
-        print(f"slurm-gpu-{hook}: {node}: job {job_id}: the run took longer than {deadline:g} s ([records] "
-              f"epilog_deadline_s) and was stopped at {fired.where or 'an unknown step'}; kept: {kept}",
-              file=sys.stderr)
-        journal(config, hook, node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
-                result="watchdog", at=fired.where, done=done)
-        return 0
-    except Exception as exc:  # noqa: BLE001 - the tool being broken never fails the node
-        print(f"slurm-gpu-{hook}: internal error, job {job_id} not classified: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
-        journal(config, hook, node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
-                result="tool-error", error=f"{type(exc).__name__}: {exc}")
-        return 0
-    journal(config, hook, node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
-            exit_code2=os.environ.get("SLURM_JOB_EXIT_CODE2"), **result)
+
+def _body(run):
+    from healthcheck.hookenv import Ending
+
+    if run.hook == "epilog_slurmctld":
+        result = run_epilog_slurmctld(run.config, os.environ)
+    else:
+        result = run_epilog(run.config, run.node, os.environ)
     # A drain is already done with our reason; a non-zero exit would only add "Epilog error".
-    return 0
+    return Ending(0, dict(result, exit_code2=os.environ.get("SLURM_JOB_EXIT_CODE2")))
+
+
+def _stopped_by_watchdog(run, deadline: float, where: str):
+    """Whatever was written (the record, the queued entry, a drain) stays; the rest is not done."""
+    from healthcheck.hookenv import Ending
+    from healthcheck.watchdog import done_so_far, progress
+
+    done, kept = progress(), done_so_far("nothing written yet")
+    print(f"slurm-gpu-{run.hook}: {run.node}: job {run.job_id}: the run took longer than {deadline:g} s ([records] "
+          f"epilog_deadline_s) and was stopped at {where or 'an unknown step'}; kept: {kept}", file=sys.stderr)
+    return Ending(0, {"result": "watchdog", "at": where, "done": done})
+
+
+def _tool_error(run, exc: Exception):
+    """The tool being broken never fails the node."""
+    from healthcheck.hookenv import Ending
+
+    print(f"slurm-gpu-{run.hook}: internal error, job {run.job_id} not classified: {type(exc).__name__}: {exc}",
+          file=sys.stderr)
+    return Ending(0, {"result": "tool-error", "error": f"{type(exc).__name__}: {exc}"})
 
 
 # -- shared ---------------------------------------------------------------------------------------

@@ -24,67 +24,61 @@ import time
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 
+EXAMPLE = "SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-prolog   # what slurmd runs before job 42"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from healthcheck.shortlived import short_process
 
     with short_process():      # before the imports: a hook is one short process
-        from healthcheck.hookenv import help_requested, run_hook
+        from healthcheck.hookenv import serve
 
-        asked = help_requested("prolog", argv, __doc__ or "", 'SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-prolog   # what slurmd runs before job 42')
-        if asked is not None:
-            return asked
-        return run_hook("prolog", lambda: _run(argv))
+        return serve("prolog", argv, _body, doc=__doc__ or "", example=EXAMPLE, start=_start,
+                     deadline=("prolog", "deadline_s"), on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 
-def _run(argv: Optional[Sequence[str]]) -> int:
-    from healthcheck.config import node_name
-    from healthcheck.hookenv import journal, load_config_or_none
+def _start(argv):
+    from healthcheck.hookenv import start
 
-    config = load_config_or_none(os.environ, "prolog")
-    if config is None:
-        return 0
-    node = node_name(None, os.environ)
-    job_id = os.environ.get("SLURM_JOB_ID")
-    from healthcheck.watchdog import Watchdog, kill_children, whole_run
-
-    deadline = float(config.section("prolog")["deadline_s"])
-    try:
-        with whole_run(deadline):
-            result = run_prolog(config, node, os.environ)
-    except Watchdog as fired:
-        kill_children()
-        return _stopped_by_watchdog(config, node, job_id, deadline, fired.where)
-    except Exception as exc:  # noqa: BLE001 - the tool being broken is not the node being broken
-        fail = config.section("prolog")["on_tool_error"] == "fail"
-        print(f"slurm-gpu-prolog: internal error on {node}, job {job_id} "
-              f"{'stopped' if fail else 'runs unchecked'}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        journal(config, "prolog", node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
-                gpus=os.environ.get("SLURM_JOB_GPUS"), result="tool-error", error=f"{type(exc).__name__}: {exc}")
-        return 1 if fail else 0
-    journal(config, "prolog", node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
-            gpus=os.environ.get("SLURM_JOB_GPUS"), **result)
-    return 1 if result["result"] == "bad-node" else 0
+    return start("prolog", os.environ, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
+                 gpus=os.environ.get("SLURM_JOB_GPUS"))
 
 
-def _stopped_by_watchdog(config, node: str, job_id: Optional[str], deadline: float, where: str) -> int:
+def _body(run):
+    from healthcheck.hookenv import Ending
+
+    result = run_prolog(run.config, run.node, os.environ)
+    return Ending(1 if result["result"] == "bad-node" else 0, result)
+
+
+def _tool_error(run, exc: Exception):
+    """The tool is broken (not the node): the job runs unchecked, or stops with
+    ``[prolog] on_tool_error = "fail"``."""
+    from healthcheck.hookenv import Ending
+
+    fail = run.config.section("prolog")["on_tool_error"] == "fail"
+    print(f"slurm-gpu-prolog: internal error on {run.node}, job {run.job_id} "
+          f"{'stopped' if fail else 'runs unchecked'}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return Ending(1 if fail else 0, {"result": "tool-error", "error": f"{type(exc).__name__}: {exc}"})
+
+
+def _stopped_by_watchdog(run, deadline: float, where: str):
     """The run passed ``[prolog] deadline_s``. A drain already under way (applied, or in flight:
     scontrol may have taken it) means the checks found the node bad: the job must not start
     there, exit 1 as the run would have. Otherwise the job runs unchecked (``on_tool_error``)."""
-    from healthcheck.hookenv import journal
+    from healthcheck.hookenv import Ending
     from healthcheck.watchdog import progress
 
     done = progress()
     drain = done.get("drain") if done.get("drain") != "undone" else None   # the budget undid it: may run
-    fail = drain is not None or config.section("prolog")["on_tool_error"] == "fail"
+    fail = drain is not None or run.config.section("prolog")["on_tool_error"] == "fail"
     if drain is not None:
         outcome = f"stopped: the node's drain was {drain} before that"
     else:
         outcome = "stopped unchecked" if fail else "runs unchecked"
-    print(f"slurm-gpu-prolog: {node}: job {job_id}: the run took longer than {deadline:g} s ([prolog] "
+    print(f"slurm-gpu-prolog: {run.node}: job {run.job_id}: the run took longer than {deadline:g} s ([prolog] "
           f"deadline_s) and was stopped at {where or 'an unknown step'}; the job {outcome}", file=sys.stderr)
-    journal(config, "prolog", node, job_id, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
-            gpus=os.environ.get("SLURM_JOB_GPUS"), result="watchdog", at=where, done=done, exit=1 if fail else 0)
-    return 1 if fail else 0
+    return Ending(1 if fail else 0, {"result": "watchdog", "at": where, "done": done, "exit": 1 if fail else 0})
 
 
 def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:

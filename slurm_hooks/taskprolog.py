@@ -16,40 +16,57 @@ import sys
 from typing import Mapping, Optional, Sequence
 
 
+EXAMPLE = ("SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_STEP_GPUS=0,1 slurm-gpu-taskprolog"
+           "   # the export lines a task of job 42 on GPUs 0,1 gets")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.hookenv import help_requested, run_hook
+    from healthcheck.shortlived import short_process
 
-    asked = help_requested("taskprolog", argv, __doc__ or "",
-                           "SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_STEP_GPUS=0,1 slurm-gpu-taskprolog"
-                           "   # the export lines a task of job 42 on GPUs 0,1 gets")
-    if asked is not None:
-        return asked
-    return run_hook("taskprolog", _run)
+    with short_process():      # before the imports: a hook is one short process
+        from healthcheck.hookenv import serve
+
+        # No watchdog (it reads small files only) and no journal (the job's user cannot write it).
+        return serve("taskprolog", argv, _body, doc=__doc__ or "", example=EXAMPLE, start=_start)
 
 
-def _run() -> int:
-    text = exports(os.environ)        # all of it first: on any problem nothing is printed
+def _start(argv):
+    return _start_in(os.environ)
+
+
+def _start_in(env: Mapping[str, str]):
+    from healthcheck.hookenv import start
+
+    return start("taskprolog", env)
+
+
+def _body(run):
+    from healthcheck.hookenv import Ending
+
+    text = exports(os.environ, run.config)        # all of it first: on any problem nothing is printed
     if text:
         try:
             sys.stdout.write(text)
             sys.stdout.flush()
         except OSError as exc:
             _log(f"could not print the exports: {exc}")
-    return 0
+    return Ending(0)
 
 
-def exports(env: Mapping[str, str]) -> str:
-    """The ``export``/``unset`` lines for this task ('' when the node did not opt in)."""
+def exports(env: Mapping[str, str], config=None) -> str:
+    """The ``export``/``unset`` lines for this task ('' when the node did not opt in; ``config``:
+    the hook's, else loaded as the hook loads it)."""
     from healthcheck.config import node_name
-    from healthcheck.hookenv import load_config_or_none
     from healthcheck.nccl_env import derive, render
     from healthcheck.probes.ib_sysfs import probe_ib
     from healthcheck.sources import node_paths
     from healthcheck.topology import gpu_places, hca_places
 
-    config = load_config_or_none(env, "taskprolog")
     if config is None:
-        return ""
+        run = _start_in(env)
+        if isinstance(run, int):
+            return ""
+        config = run.config
     node = node_name(None, env)
     expected = config.expected_hardware(node)
     if not expected.get("nccl_env"):

@@ -1,0 +1,88 @@
+"""One hook skeleton (``healthcheck.hookenv.serve``): the four entry points (prolog, epilog,
+health check, TaskProlog) hand it their parts; none of them carries its own start-up, watchdog,
+fail-open or journal code (read from the source), and the skeleton does what each relied on."""
+from __future__ import annotations
+
+import ast
+import gc
+import os
+
+import pytest
+
+from healthcheck import hookenv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENTRY_POINTS = ("slurm_hooks/prolog.py", "slurm_hooks/epilog.py", "slurm_hooks/taskprolog.py",
+                "healthcheck/healthcheck.py")
+# What the skeleton owns: an entry point that names one of these does it itself again.
+SKELETON_NAMES = {"whole_run", "Watchdog", "kill_children", "run_hook", "help_requested", "journal",
+                  "load_config_or_none", "_run_failing_open"}
+
+
+def _tree(path):
+    return ast.parse(open(os.path.join(ROOT, path), encoding="utf-8").read(), path)
+
+
+@pytest.mark.parametrize("path", ENTRY_POINTS)
+def test_each_entry_point_is_a_composition_of_the_skeleton(path):
+    tree = _tree(path)
+    main = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main")
+    calls = [n.func.id for n in ast.walk(main) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    assert "serve" in calls and "short_process" in calls, path
+    named = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    named |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert named & SKELETON_NAMES == set(), path
+
+
+class _Config:
+    state_dir = "/nonexistent"
+
+    def section(self, name):
+        return {"deadline_s": 0.05}
+
+
+def _start(argv):
+    return hookenv.HookRun("prolog", _Config(), "gpu1", "42", {"context": "prolog_slurmd"})
+
+
+def test_the_skeleton_journals_the_ending_with_the_runs_fields(monkeypatch):
+    lines = []
+    monkeypatch.setattr(hookenv, "journal", lambda config, hook, node, job, **detail: lines.append((hook, node, job, detail)))
+    status = hookenv.serve("prolog", [], lambda run: hookenv.Ending(1, {"result": "bad-node"}), start=_start,
+                           deadline=("prolog", "deadline_s"))
+    assert status == 1 and lines == [("prolog", "gpu1", "42", {"context": "prolog_slurmd", "result": "bad-node"})]
+
+
+def test_the_skeletons_watchdog_stops_a_run_past_its_deadline(monkeypatch):
+    monkeypatch.setattr(hookenv, "journal", lambda *a, **k: None)
+    seen = []
+
+    def forever(run):
+        while True:
+            pass
+
+    def stopped(run, limit, where):
+        seen.append((limit, "forever" in where))
+        return hookenv.Ending(3)
+    assert hookenv.serve("prolog", [], forever, start=_start, deadline=("prolog", "deadline_s"),
+                         on_watchdog=stopped) == 3
+    assert seen == [(0.05, True)]
+
+
+def test_the_skeleton_fails_open_and_runs_without_the_collector(monkeypatch, capsys):
+    monkeypatch.setattr(hookenv, "journal", lambda *a, **k: None)
+    collecting = []
+
+    def broken(run):
+        collecting.append(gc.isenabled())
+        raise RuntimeError("a bug")
+    assert hookenv.serve("prolog", [], broken, start=_start) == 0
+    assert collecting == [False] and "internal error, doing nothing (fail open): RuntimeError: a bug" in capsys.readouterr().err
+    assert hookenv.serve("prolog", [], broken, start=lambda argv: 0) == 0       # no config: nothing run
+    assert collecting == [False]
+
+
+def test_a_hook_slurm_runs_refuses_arguments_and_answers_help(capsys):
+    assert hookenv.serve("prolog", ["--bogus"], lambda run: hookenv.Ending(0), doc="The prolog.", start=_start) == 2
+    assert hookenv.serve("prolog", ["--help"], lambda run: hookenv.Ending(0), doc="The prolog.", start=_start) == 0
+    assert "The prolog." in capsys.readouterr().out
