@@ -301,9 +301,11 @@ def config_path(explicit: Optional[str] = None, env: Mapping[str, str] = os.envi
     return explicit or env.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
 
 
-def read_document(path: str) -> Dict[str, Any]:
+def read_document(path: str, raw: Optional[bytes] = None) -> Dict[str, Any]:
+    """The admin's file, parsed (``raw``: its bytes, already read); ConfigError (one line per
+    problem) when it cannot be read or is not TOML."""
     try:
-        return tomlio.load_file(path)
+        return tomlio.load_file(path) if raw is None else tomlio.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(path, [("(file)", "does not exist", "a readable TOML file")]) from None
     except PermissionError:
@@ -333,11 +335,18 @@ class Config:
 
     # -- construction -------------------------------------------------------------------
     @classmethod
-    def load(cls, explicit: Optional[str] = None, env: Mapping[str, str] = os.environ) -> "Config":
-        """Load the config; a missing *default* file means built-in defaults."""
+    def load(cls, explicit: Optional[str] = None, env: Mapping[str, str] = os.environ,
+             cached: bool = False) -> "Config":
+        """Load the config; a missing *default* file means built-in defaults. ``cached`` (the
+        hooks): a file whose bytes, and this code's, are those of an earlier valid load is not
+        parsed and validated again (``compiled``)."""
         path = config_path(explicit, env)
         if path == DEFAULT_CONFIG_PATH and not explicit and not os.path.exists(path):
             return cls.from_document({}, None)
+        if cached:
+            from . import compiled
+
+            return compiled.load(cls, path, read_document)
         return cls.from_document(read_document(path), path)
 
     @classmethod

@@ -6,10 +6,8 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import stat
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
@@ -317,6 +315,9 @@ def run_temp_dir(prefix: str, parent: Optional[str] = None) -> Iterator[str]:
     """A private (0700) directory for one run, named ``<prefix><pid>-<random>`` and removed when
     the run ends. A run killed with SIGKILL cannot clean up, so every run first removes the
     directories of earlier runs whose process is gone (``clean_stale_temp_dirs``)."""
+    import shutil
+    import tempfile     # both only here and below: every hook imports this module (4-5 ms)
+
     parent = parent or tempfile.gettempdir()
     clean_stale_temp_dirs(prefix, parent)
     path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
@@ -328,6 +329,9 @@ def run_temp_dir(prefix: str, parent: Optional[str] = None) -> Iterator[str]:
 
 def clean_stale_temp_dirs(prefix: str, parent: Optional[str] = None) -> List[str]:
     """Remove our ``<prefix><pid>-*`` directories whose process no longer runs; returns them."""
+    import shutil
+    import tempfile
+
     parent = parent or tempfile.gettempdir()
     removed = []
     try:

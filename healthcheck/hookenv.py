@@ -178,7 +178,7 @@ def load_config_or_none(env: Mapping[str, str] = os.environ, hook: str = "hook")
     tool being broken is not the node being broken.
     """
     try:
-        return Config.load(None, env)
+        return Config.load(None, env, cached=True)
     except ConfigError as exc:
         print(f"slurm-gpu-{hook}: config unusable, doing nothing: {exc.lines()[0]}", file=sys.stderr)
     except OSError as exc:

@@ -7,12 +7,19 @@ import stat
 import sys
 from typing import Any, Dict
 
-if sys.version_info >= (3, 11):
-    import tomllib as _toml_reader
-else:  # pragma: no cover - exercised on RHEL 9's Python 3.9
-    import tomli as _toml_reader
 
-TOMLDecodeError = _toml_reader.TOMLDecodeError
+def _reader():
+    """The TOML parser, imported when something is parsed (3-4 ms): a hook whose config comes
+    from the compiled cache (``healthcheck.config``) never loads it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+        return tomllib
+    import tomli  # pragma: no cover - exercised on RHEL 9's Python 3.9
+    return tomli
+
+
+class TOMLDecodeError(ValueError):
+    """Not valid TOML: the parser's own error (tomllib's or tomli's), with its message."""
 
 # A config or profile is a few KiB; a FIFO, /dev/zero or a runaway file must not hang a hook or
 # fill its memory.
@@ -22,17 +29,17 @@ MAX_TOML_BYTES = 4 * 1024 * 1024
 class NestingError(TOMLDecodeError):
     """TOML nested past the parser's recursion limit: a syntax error like any other."""
 
-    def __init__(self, message: str):
-        ValueError.__init__(self, message)      # tomli >= 2.1 wants (msg, doc, pos); not ours to give
-
 
 class FileRefused(OSError):
     """The path is not a regular file, or is larger than MAX_TOML_BYTES; not even opened for long."""
 
 
 def loads(text: str) -> Dict[str, Any]:
+    reader = _reader()
     try:
-        return _toml_reader.loads(text)
+        return reader.loads(text)
+    except reader.TOMLDecodeError as exc:
+        raise TOMLDecodeError(str(exc)) from None
     except RecursionError:
         # The parser recurses per nesting level: a few hundred "[" exhaust Python's stack.
         raise NestingError("values nest too deeply") from None

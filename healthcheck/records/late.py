@@ -18,9 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List
 
 from ..findings import Finding
-from . import outbox, store
-from .classes import is_hardware
-from .classify import reclassify
+from . import store
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -31,6 +29,11 @@ def amend_recent_jobs(state_dir: str, node: str, evidence: Iterable[Dict[str, An
     late = [dict(item, late=True) for item in evidence]
     if not late:
         return []
+    # Only here: the health check calls this module every run, and most runs find nothing.
+    from . import outbox
+    from .classes import is_hardware
+    from .classify import reclassify
+
     amended = []
     clean = store.clean_since(state_dir, node)
     for ending in store.recent_endings(state_dir, node, since=now - window_s):

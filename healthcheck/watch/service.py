@@ -415,7 +415,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from ..config import Config, ConfigError, node_name
 
     try:
-        config = Config.load(args.config, os.environ)
+        config = Config.load(args.config, os.environ, cached=True)
     except ConfigError as exc:
         print(f"{PROG}: {exc.lines()[0]}", file=sys.stderr)
         return 2
