@@ -1,4 +1,5 @@
-"""Which NVML functions each driver branch exports (``data/nvml-functions.tsv``, data).
+"""Which NVML functions each driver branch exports (``data/nvml-functions.tsv``, data), and
+which field values (``nvmlDeviceGetFieldValues``) it knows (``data/nvml-fields.tsv``).
 
 The simulator uses it to act like a node's driver (a call the branch lacks raises what pynvml
 raises), the tests build stand-in ``libnvidia-ml.so.1`` libraries from it, and
@@ -39,6 +40,38 @@ def functions() -> Dict[str, NvmlFunction]:
             raise ValueError(f"nvml-functions.tsv: {name}: unknown branch {since!r}")
         out[name] = NvmlFunction(name, since, fact, source)
     return out
+
+
+@dataclass(frozen=True)
+class NvmlField:
+    name: str         # pynvml's constant, e.g. NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+    id: int
+    since: str        # the first branch in BRANCHES that knows it
+    fact: str
+    source: str
+
+
+@lru_cache(maxsize=1)
+def fields() -> Dict[str, NvmlField]:
+    """Field name -> its row of ``nvml-fields.tsv``."""
+    text = datafiles.read_text("nvml-fields.tsv")
+    out: Dict[str, NvmlField] = {}
+    rows = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    for line in rows[1:]:    # the header
+        name, number, since, fact, source = line.split("\t")
+        if since not in BRANCHES:
+            raise ValueError(f"nvml-fields.tsv: {name}: unknown branch {since!r}")
+        out[name] = NvmlField(name, int(number), since, fact, source)
+    return out
+
+
+def driver_knows_field(driver_version: str, number: int) -> bool:
+    """Whether a driver of this version answers field ``number``; fields outside the table are
+    taken as known."""
+    for entry in fields().values():
+        if entry.id == number:
+            return BRANCHES.index(entry.since) <= BRANCHES.index(branch_of(driver_version))
+    return True
 
 
 def branch_of(driver_version: str) -> str:

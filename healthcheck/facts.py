@@ -23,12 +23,13 @@ NVML_READ_GROUPS = {
     "nvlink_errors": "each NVLink's state and its data-link error counters",
     "fabric": "NVSwitch fabric registration state",
     "processes": "compute processes holding GPU memory",
+    "recovery": "the driver's GPU recovery action (field value 230, driver R570+)",
 }
 
 # The names a GpuFacts lists in ``unsupported`` when NVML answers NotSupported for a read
 # (a simulated GPU's ``not_supported`` takes the same names).
 NVML_UNSUPPORTED_NAMES = ("ecc", "remapped_rows", "retired_pages", "nvlink", "fabric", "power",
-                          "temperature", "clock_event_reasons", "pcie", "processes")
+                          "temperature", "clock_event_reasons", "pcie", "processes", "recovery_action")
 
 # NVLink data-link error counters, named as in pynvml's NVML_NVLINK_ERROR_DL_* constants.
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
@@ -45,6 +46,15 @@ IB_COUNTER_BITS = {"symbol_error": 16, "port_rcv_errors": 16, "link_downed": 8, 
 # The facts an NVML probe can lose to an old driver (healthcheck/data/nvml-functions.tsv) and
 # that [[nodes]] nvml_required can demand.
 NVML_DRIVER_FACTS = ("fabric", "clock_event_reasons", "processes")
+
+# NVML's GPU recovery action (nvml.h): the field id, read with nvmlDeviceGetFieldValues (pynvml
+# names it NVML_FI_DEV_GET_GPU_RECOVERY_ACTION from nvidia-ml-py 13; older bindings lack the
+# constant, the driver's ABI value is this), and its values (NVML_GPU_RECOVERY_ACTION_*), by
+# value, as the simulator's gpu.N.recovery_action spells them. Which branch knows the field:
+# healthcheck/data/nvml-fields.tsv; what each value makes us do: xid-action-map.tsv "recovery".
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+GPU_RECOVERY_ACTIONS = {0: "none", 1: "reset", 2: "reboot", 3: "drain_p2p", 4: "drain_and_reset",
+                        5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot"}
 
 # NVML's fabric states (NVML_GPU_FABRIC_STATE_*), by value.
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
@@ -77,6 +87,7 @@ class GpuFacts:
     fabric_state: Optional[int] = None           # None: the GPU has no fabric to join
     fabric_status: Optional[int] = None          # an NVML return code once state is completed
     processes: Optional[List[Dict[str, Any]]] = None   # pid, used_memory_mib (None: unknown)
+    recovery_action: Optional[int] = None        # NVML_GPU_RECOVERY_ACTION_* (None: not known)
     # Facts this driver cannot give (its libnvidia-ml lacks every call for them; pynvml said
     # FunctionNotFound or NVMLLibraryMismatchError): fact -> what was missing. Such a fact is
     # also in ``unsupported``; it fails nothing unless [[nodes]] nvml_required names it.

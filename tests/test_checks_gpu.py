@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from healthcheck.checks import gpu_count, gpu_ecc, gpu_nvml, gpu_pcie, gpu_power, gpu_processes, gpu_remap, gpu_thermal
+from healthcheck.checks import (gpu_count, gpu_ecc, gpu_nvml, gpu_pcie, gpu_power, gpu_processes, gpu_recovery,
+                               gpu_remap, gpu_thermal)
 from healthcheck.facts import GpuFacts, NvmlFacts
 
 from .checks_support import default_input
@@ -131,6 +132,27 @@ def test_correctable_rate_fires_only_above_the_threshold():
 def test_correctable_samples_name_gpus_by_uuid():
     samples = gpu_ecc.ecc_correctable_samples(default_input(nvml=node(gpu(0, ecc={"volatile_corrected": 7}))))
     assert samples == {"gpu/GPU-test-0/ecc.volatile_corrected": (7, 86400.0)}
+
+
+# -- the driver's recovery action -----------------------------------------------------------------------
+def test_a_recovery_action_drains_naming_what_the_driver_asks_for_and_none_or_unknown_drains_nothing():
+    inp = default_input(nvml=node(gpu(0), gpu(1, recovery_action=0), gpu(2, recovery_action=2),
+                                  gpu(3, recovery_action=4), gpu(4, recovery_action=9),
+                                  gpu(5, recovery_action=2, state="lost")))
+    found = gpu_recovery.recovery_action(inp)
+    assert [(f.check, f.gpu, f.status, f.action, f.evidence["recovery_action"], f.evidence["xid_action"])
+            for f in found] == [("gpu.recovery_action", 2, "fail", "drain", "reboot", "reboot"),
+                                ("gpu.recovery_action", 3, "fail", "drain", "drain_and_reset", "reset_gpu"),
+                                ("gpu.recovery_action", 4, "fail", "drain", "unknown (9)", "contact_support")]
+    assert "asks for recovery action reboot (Node Reboot" in found[0].message
+
+
+def test_a_recovery_action_finding_becomes_a_reason_that_names_the_action():
+    from healthcheck.actions.cause import reason_for
+    from healthcheck.drain_reason import format_reason
+
+    [finding] = gpu_recovery.recovery_action(default_input(nvml=node(gpu(6, recovery_action=1))))
+    assert format_reason(reason_for(finding)).startswith("gpu-hooks: v1 gpu.recovery_action gpu6 action:reset; ")
 
 
 # -- row remapping, retired pages ------------------------------------------------------------------------

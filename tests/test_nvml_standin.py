@@ -28,7 +28,8 @@ from healthcheck import driver_support
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "tests", "nvml_standin", "libnvidia-ml.c")
 FLOOR_DIR = os.path.join(ROOT, ".pynvml-floor")
-DRIVERS = {"R470": "470.256.02", "R525": "525.147.05", "R535": "535.161.08", "R550": "550.90.07"}
+DRIVERS = {"R470": "470.256.02", "R525": "525.147.05", "R535": "535.161.08", "R550": "550.90.07",
+           "R570": "570.133.20"}
 H100 = textwrap.dedent("""
     [[nodes]]
     match = "n1"
@@ -73,6 +74,8 @@ def standin(tmp_path_factory):
     for branch, version in DRIVERS.items():
         out = tmp_path_factory.mktemp(f"nvml-{branch}")
         defines = [f"-DHAVE_{name}" for name in sorted(driver_support.exports(branch))]
+        defines += [f"-DKNOWS_FIELD_{entry.id}" for entry in driver_support.fields().values()
+                    if driver_support.driver_knows_field(version, entry.id)]
         built = subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-Wl,-soname,libnvidia-ml.so.1",
                                 f'-DDRIVER_VERSION="{version}"', *defines, "-o", str(out / "libnvidia-ml.so.1"),
                                 SOURCE], capture_output=True, text=True, timeout=120)
@@ -163,6 +166,26 @@ def test_fabric_is_read_through_whichever_call_the_driver_has_and_as_one_byte(st
     gpu = r470["gpus"][0]
     assert gpu["fabric_state"] is None and "fabric" in gpu["driver_missing"] and "fabric" in gpu["unsupported"]
     assert gpu["clock_event_reasons"] == 0 and gpu["errors"] == {} and gpu["state"] == "ok"
+
+
+@pytest.mark.parametrize("bindings", ["newest", "floor"])
+def test_the_recovery_action_is_read_where_the_driver_knows_the_field_and_unsupported_before(
+        tmp_path, standin, floor_pynvml, bindings):
+    """Field 230 through the real pynvml and nvmlDeviceGetFieldValues' per-field return (the
+    floor bindings have no constant for it): R570 answers it, R550 answers "not supported" in
+    the field's slot, which is no failure and drains nothing."""
+    pynvml_dir = floor_pynvml if bindings == "floor" else None
+    gpus = facts(standin["R570"], pynvml_dir, recovery="4:2")["gpus"]
+    assert [g["recovery_action"] for g in gpus] == [0, 0, 0, 0, 2, 0, 0, 0]
+    assert all("recovery_action" not in g["unsupported"] and g["errors"] == {} for g in gpus)
+    old = facts(standin["R550"], pynvml_dir, recovery="4:2")["gpus"]
+    assert {(g["recovery_action"], "recovery_action" in g["unsupported"], g["state"]) for g in old} == \
+        {(None, True, "ok")}
+    code, report = check(tmp_path / "570", standin["R570"], H100, pynvml_dir, recovery="4:2")
+    assert code == 2 and [(f["check"], f["gpu"], f["action"], f["evidence"]["recovery_action"])
+                          for f in report["findings"]] == [("gpu.recovery_action", 4, "drain", "reboot")]
+    code, report = check(tmp_path / "550", standin["R550"], H100, pynvml_dir, recovery="4:2")
+    assert (code, report["findings"]) == (0, [])
 
 
 def test_floor_bindings_are_the_floor(standin, floor_pynvml):

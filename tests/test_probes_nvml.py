@@ -21,7 +21,7 @@ def probe(tmp_path, profile, **kwargs):
 
 def test_healthy_h100_facts(tmp_path):
     facts = probe(tmp_path, "h100-healthy.toml")
-    assert (facts.status, facts.device_count, facts.driver_version) == ("ok", 8, "550.90.07")
+    assert (facts.status, facts.device_count, facts.driver_version) == ("ok", 8, "570.133.20")
     first = facts.gpus[0]
     assert (first.index, first.name, first.pci_bus_id) == (0, "NVIDIA H100 80GB HBM3", "00000000:18:00.0")
     assert first.uuid.startswith("GPU-") and first.state == "ok"
@@ -115,4 +115,4 @@ def test_assemble_marks_gpus_that_never_reported_as_hung():
 
 def test_all_features_are_known_to_the_probe():
     assert set(NVML_READ_GROUPS) == {"ecc", "remap", "retired_pages", "thermal", "power", "clocks", "pcie",
-                                  "nvlink", "nvlink_errors", "fabric", "processes"}
+                                  "nvlink", "nvlink_errors", "fabric", "processes", "recovery"}

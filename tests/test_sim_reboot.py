@@ -53,3 +53,40 @@ def test_the_cli_reboots(tmp_path, monkeypatch):
                            "--config", str(config), "gpu7"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("gpu7: rebooted (boot id ") and SimNode(str(tmp_path), "gpu7").boot_id() in done.stdout
+
+
+def test_reboot_clears_the_drivers_recovery_action_and_a_lemon_falls_off_again_each_boot(tmp_path):
+    node = SimNode(str(tmp_path), "gpu1", PROFILE)
+    node.inject([("gpu.1.recovery_action", "reboot"), ("gpu.3.lost_every_boot", True)])
+    for _ in range(2):
+        live = node.reboot()
+        assert [g["state"] for g in live["gpu"]] == ["ok"] * 3 + ["lost"] + ["ok"] * 4
+        assert {g["recovery_action"] for g in live["gpu"]} == {"none"}
+    node.reset()
+    assert node.load()["gpu"][3]["state"] == "ok"          # mended: the part was replaced
+
+
+def _cli(config, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", "from slurm_hooks.cli import main; main()", *args,
+                           "--config", str(config)], capture_output=True, text=True, timeout=60)
+
+
+def test_an_injected_recovery_action_is_a_drain_finding_of_check_json_and_an_old_driver_has_none(tmp_path):
+    """The issue's acceptance: sim inject NODE 'gpu.4.recovery_action="reboot"' -> check --json
+    has a gpu.recovery_action finding with action drain; on R535 the field is unknown: none."""
+    import json
+
+    for profile, expected in ((PROFILE, [("gpu.recovery_action", 4, "drain", "reboot")]),
+                              (os.path.join(SIM_PROFILES, "h100-driver-r535.toml"), [])):
+        state = tmp_path / os.path.basename(profile)
+        config = tmp_path / f"{state.name}.toml"
+        config.write_text(f'[paths]\nstate_dir = "{state}"\n[gpu]\nbackend = "sim"\n[sim]\nprofile = "{profile}"\n')
+        done = _cli(config, "sim", "inject", "gpu4", 'gpu.4.recovery_action="reboot"')
+        assert done.returncode == 0, done.stderr
+        done = _cli(config, "check", "--node", "gpu4", "--json")
+        report = json.loads(done.stdout)
+        assert [(f["check"], f["gpu"], f["action"], f["evidence"]["recovery_action"])
+                for f in report["findings"]] == expected, report

@@ -17,6 +17,7 @@ REASON_KEYS: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "gpu.ecc.uncorrectable": (("dbe", "volatile_uncorrected"),),
     "gpu.ecc.correctable_rate": (("sbe", "growth"),),
     "gpu.remap.failed": (("uncorrectable_rows", "uncorrectable"),),
+    "gpu.recovery_action": (("action", "recovery_action"),),
 }
 
 

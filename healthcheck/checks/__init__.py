@@ -54,6 +54,8 @@ _SPECS = (
               summary="row remapping has not failed"),
     CheckSpec("gpu.retired_pages.pending", "gpu_remap:retired_pages_pending", ("nvml:retired_pages",),
               summary="no page retirement waits for a reboot (pre-Ampere)"),
+    CheckSpec("gpu.recovery_action", "gpu_recovery:recovery_action", ("nvml:recovery",),
+              summary="the driver asks for no GPU reset or node reboot (NVML recovery action, R570+)"),
     CheckSpec("gpu.temperature", "gpu_thermal:temperature", ("nvml:thermal",),
               summary="temperature below the slowdown threshold"),
     CheckSpec("gpu.clock_events", "gpu_thermal:clock_events", ("nvml:clocks",),

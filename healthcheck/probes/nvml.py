@@ -15,7 +15,7 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ..facts import NVLINK_COUNTERS, NVML_READ_GROUPS, GpuFacts, NvmlFacts
+from ..facts import NVLINK_COUNTERS, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_READ_GROUPS, GpuFacts, NvmlFacts
 from .deadline import ChildProbe, Emit
 
 
@@ -224,6 +224,8 @@ def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[E
             if procs is not None:
                 gpu.processes = [{"pid": int(p.pid), "used_memory_mib": _mib(getattr(p, "usedGpuMemory", None))}
                                  for p in procs]
+        if "recovery" in wanted:
+            _read_recovery_action(nvml, pynvml, handle, gpu, read)
     except _Lost:
         pass
     return gpu
@@ -291,6 +293,25 @@ def _read_nvlink(nvml, pynvml, handle, gpu: GpuFacts, with_errors: bool) -> None
                 gpu.errors.setdefault("nvlink_errors", f"link {link}: {_text(exc)}")
         if counters:
             gpu.nvlink_errors[link] = counters
+
+
+def _read_recovery_action(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
+    """The driver's GPU recovery action (R570+). nvmlDeviceGetFieldValues answers each field
+    with its own nvmlReturn (pynvml raises only for the call): a driver that does not know the
+    field says so there, and that is unsupported, never a failure."""
+    values = read("recovery_action", lambda: nvml.nvmlDeviceGetFieldValues(
+        handle, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION]))
+    if values is None:
+        return
+    value = values[0]
+    status = int(value.nvmlReturn)
+    if status == pynvml.NVML_SUCCESS:
+        gpu.recovery_action = int(value.value.uiVal)
+    elif status == pynvml.NVML_ERROR_GPU_IS_LOST:
+        gpu.state, gpu.error = "lost", _text(pynvml.NVMLError(status))
+        raise _Lost()
+    elif "recovery_action" not in gpu.unsupported:
+        gpu.unsupported.append("recovery_action")
 
 
 class _FabricInfoV1(ctypes.Structure):

@@ -71,8 +71,9 @@ class SimNode:
     def reboot(self) -> Dict[str, Any]:
         """A reboot: a new boot id, an empty kernel log, and what a reboot clears cleared (a
         lost or hung GPU answers again, volatile ECC counts restart, pending row remaps and
-        page retirements are applied). What hardware keeps stays: lifetime ECC counts, a row
-        remap failure, a link or port that is down, a missing GPU."""
+        page retirements are applied, the driver's recovery action is back to none). What
+        hardware keeps stays: lifetime ECC counts, a row remap failure, a link or port that is
+        down, a missing GPU; a GPU with ``lost_every_boot`` (a lemon) falls off the bus again."""
         self.ensure()
         with locked(self._lock_path):
             live = self.load()
@@ -89,6 +90,9 @@ class SimNode:
                     rows["pending"] = False
                 if gpu.get("retired_pages_pending"):
                     gpu["retired_pages_pending"] = False
+                gpu["recovery_action"] = "none"
+                if gpu.get("lost_every_boot") and gpu.get("state") != "absent":
+                    gpu["state"] = "lost"
             if live.get("node", {}).get("nvml") == "hang":
                 live["node"]["nvml"] = "ok"
             live["kernel_log"]["lines"] = []

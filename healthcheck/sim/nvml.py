@@ -49,6 +49,9 @@ from pynvml import (  # noqa: F401  (re-exported: callers catch pynvml's own cla
 )
 
 from ..driver_support import driver_exports as _driver_exports
+from ..driver_support import driver_knows_field as _driver_knows_field
+from ..facts import GPU_RECOVERY_ACTIONS as _RECOVERY_ACTIONS
+from ..facts import NVML_FI_DEV_GET_GPU_RECOVERY_ACTION as _FI_RECOVERY_ACTION
 from . import profile as profiles
 
 _bound_path: Optional[str] = None
@@ -322,6 +325,30 @@ def nvmlDeviceGetGpuFabricInfoV(handle: _Handle, gpuFabricInfo) -> int:
 def nvmlDeviceGetGpuFabricInfo(handle: _Handle, gpuFabricInfo) -> int:
     """The v1 call (R525..R545): the same facts in the unversioned struct."""
     return _fill_fabric(handle, gpuFabricInfo)
+
+
+# -- field values --------------------------------------------------------------------------
+_RECOVERY_VALUES = {name: value for value, name in _RECOVERY_ACTIONS.items()}
+
+
+@_exports("nvmlDeviceGetFieldValues")
+def nvmlDeviceGetFieldValues(handle: _Handle, fieldIds: List[Any]):
+    """pynvml's shape: an array of c_nvmlFieldValue_t, each field answered in its own
+    nvmlReturn (a field the driver branch does not know, or the GPU does not have, is
+    NVML_ERROR_NOT_SUPPORTED there; the call itself succeeds)."""
+    gpu = _gpu(handle)
+    values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
+    for slot, field_id in zip(values, fieldIds):
+        slot.fieldId = field_id
+        known = field_id == _FI_RECOVERY_ACTION and "recovery_action" not in gpu["not_supported"] and \
+            _driver_knows_field(_profile["node"]["driver_version"], field_id)
+        if known:
+            slot.nvmlReturn = pynvml.NVML_SUCCESS
+            slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+            slot.value.uiVal = _RECOVERY_VALUES[gpu["recovery_action"]]
+        else:
+            slot.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+    return values
 
 
 # -- processes -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import datafiles, tomlio
-from ..facts import NVML_UNSUPPORTED_NAMES
+from ..facts import GPU_RECOVERY_ACTIONS, NVML_UNSUPPORTED_NAMES
 from ..fsutil import name_problem
 from ..schema import Field, Problem, merge, validate
 
@@ -36,6 +36,11 @@ GPU_SCHEMA: Dict[str, Any] = {
     # A GPU that falls off the bus in the middle of a probe: after this many calls about it
     # (since nvmlInit) it answers GPU_IS_LOST; -1: never.
     "lost_after_calls": Field(int, minimum=-1),
+    # A lemon: the GPU falls off the bus again after each `slurm-gpu sim reboot` (state "lost").
+    "lost_every_boot": Field(bool),
+    # What the driver asks for (NVML's GPU recovery action, field 230; drivers before R570
+    # do not know the field and answer it as not supported).
+    "recovery_action": Field(str, choices=tuple(GPU_RECOVERY_ACTIONS.values())),
     "temperature_c": Field(float),
     "temperature_slowdown_c": Field(float),
     "power_w": Field(float, minimum=0),

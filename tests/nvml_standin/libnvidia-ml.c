@@ -11,6 +11,9 @@
  *                             "a100-pcie" (no NVLink bridge: 12 links present but down, no fabric)
  *   SGH_STANDIN_HANDLE_ERROR  "INDEX:CODE": nvmlDeviceGetHandleByIndex_v2(INDEX) returns CODE
  *                             (999 NVML_ERROR_UNKNOWN, 15 NVML_ERROR_GPU_IS_LOST)
+ *   SGH_STANDIN_RECOVERY      "INDEX:VALUE": GPU INDEX's recovery action (field 230) is VALUE
+ * Field values: the build defines KNOWS_FIELD_<id> for the fields the branch knows
+ * (healthcheck/data/nvml-fields.tsv); any other field is answered NOT_SUPPORTED in its slot.
  * Fabric structures are written as a driver may: the state byte is right and the padding
  * after it is not zero (nvmlGpuFabricState_t is an unsigned char).
  */
@@ -57,6 +60,29 @@ typedef struct {                      /* v2: R550 .. */
 
 #define nvmlGpuFabricInfo_v2 ((unsigned int)(sizeof(nvmlGpuFabricInfo_v2_t) | (2u << 24)))
 
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    signed int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+#define NVML_VALUE_TYPE_UNSIGNED_INT 1
+
 struct standin_gpu {
     unsigned int index;
 };
@@ -67,6 +93,8 @@ static int initialised;
 static int pcie_no_bridge;
 static int failing_index = -1;
 static nvmlReturn_t failing_code;
+static int recovery_index = -1;
+static unsigned int recovery_value;
 
 static void configure(void) {
     const char *count = getenv("SGH_STANDIN_GPUS");
@@ -79,6 +107,10 @@ static void configure(void) {
     failing_index = -1;
     if (failing && sscanf(failing, "%d:%d", &failing_index, &failing_code) != 2)
         failing_index = -1;
+    const char *recovery = getenv("SGH_STANDIN_RECOVERY");
+    recovery_index = -1;
+    if (recovery && sscanf(recovery, "%d:%u", &recovery_index, &recovery_value) != 2)
+        recovery_index = -1;
     for (unsigned int i = 0; i < gpu_count; i++)
         gpus[i].index = i;
 }
@@ -329,3 +361,22 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     return NVML_SUCCESS;
 }
 #endif
+
+/* Every branch has the call; which fields it answers is the branch's (KNOWS_FIELD_<id>). */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
+    DEVICE_CALL(device);
+    for (int i = 0; i < valuesCount; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = 0;
+        v->latencyUsec = 0;
+        v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+#ifdef KNOWS_FIELD_230
+        if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = (int)device->index == recovery_index ? recovery_value : 0;
+            v->nvmlReturn = NVML_SUCCESS;
+        }
+#endif
+    }
+    return NVML_SUCCESS;
+}
