@@ -208,6 +208,13 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "textfile_dir": Field(str, doc="a directory; empty: <state_dir>/health"),
         "syslog": Field(bool),
     },
+    "remediate": {
+        "enabled": Field(bool),
+        "max_reboots": Field(int, minimum=1, maximum=100),
+        "window_s": Field(float, minimum=60, maximum=_MAX_WINDOW_S, doc="seconds, at least 60"),
+        "max_rebooting_nodes": Field(int, minimum=0, maximum=1 << 20),
+        "gpu_reset": Field(bool),
+    },
     "perftest": {
         "ib_write_bw": Field(str, doc="the ib_write_bw command (an absolute path is best)"),
         "duration_s": Field(int, minimum=1, maximum=600),

@@ -1,0 +1,1 @@
+"""Back in service by itself: the remediation decision (plan, pure) and its ledger (state)."""
