@@ -381,3 +381,18 @@ def test_a_run_is_its_sluid_where_the_release_sets_it_else_its_restart_count():
     assert store.run_of({}, {"Restarts": "3"}) == {"run": 3, "restarts": 3}
     # the epilog of a run being requeued already sees the new count (22.05): it is still run 0
     assert store.run_of({"SLURM_JOB_RESTART_COUNT": "1"}, requeued=True) == {"run": 0, "restarts": 0}
+
+
+def test_entries_queued_while_a_delivery_runs_go_out_in_that_run(tmp_path):
+    """A delivery that finds the lock held gives up after lock_wait_s: the holder delivers what
+    was queued meanwhile before it lets go (within deliver_max_jobs)."""
+    state = str(tmp_path)
+    outbox.enqueue(state, "90", {"node": "*", "class": "COMPLETED"})
+    acct = FakeAccounting({"90": "", "91": ""})
+    queued = []
+
+    def settle(seconds):
+        if not queued:                               # the next job's epilog queues while we wait
+            queued.append(outbox.enqueue(state, "91", {"node": "*", "class": "FAILED"}))
+    report = outbox.deliver_pending(state, acct, FAST, sleep=settle)
+    assert sorted(report.delivered) == ["90", "91"] and outbox.pending(state) == {}

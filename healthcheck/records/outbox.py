@@ -255,47 +255,63 @@ def deliver_pending(state_dir: str, accounting: Accounting, settings: DeliverySe
     try:
         now = time.time() if now is None else now
         retry = fsutil.read_state_json(_retry_path(state_dir), _retry_problem) or {}
-        due: Dict[str, List[Dict[str, Any]]] = {}
-        live = set()
-        for job_id, items in pending(state_dir, report.set_aside).items():
-            if now - min(i["queued_at"] for i in items) > settings.expire_s:
-                for item in items:
-                    _remove_if_unchanged(item)
-                report.expired.append(job_id)
-                continue
-            live.update(os.path.basename(i["path"]) for i in items)
-            if all(_due(retry, item, now) for item in items):
-                due[job_id] = items
-            else:
-                report.deferred += 1
-        batch = dict(list(due.items())[:settings.max_jobs_per_run])
-        try:
-            results = write_jobs(accounting, {job: [i["entry"] for i in items] for job, items in batch.items()},
-                                 settings, sleep)
-        except AccountingError as exc:
-            report.error = str(exc)
-            report.waiting = list(batch)
-            results = {}
-        for job_id, result in results.items():
-            items = batch[job_id]
-            report.writes += result.writes
-            if result.delivered:
-                for item in items:
-                    _remove_if_unchanged(item)
-                    retry.pop(os.path.basename(item["path"]), None)
-                report.delivered.append(job_id)
-            else:
-                for item in items:
-                    name = os.path.basename(item["path"])
-                    before = retry.get(name)
-                    tries = int(before["tries"]) + 1 if before and before["queued_at"] == item["queued_at"] else 1
-                    retry[name] = {"queued_at": item["queued_at"], "tries": tries,
-                                   "next_at": now + _backoff(tries, settings)}
-                report.waiting.append(job_id)
+        live: set = set()
+        tried: set = set()
+        # Rounds until nothing due is left untried: entries queued while this delivery held the
+        # lock (their own delivery gave up waiting for it) go out in this run too.
+        while len(tried) < settings.max_jobs_per_run and not report.error:
+            due: Dict[str, List[Dict[str, Any]]] = {}
+            report.deferred = 0
+            for job_id, items in pending(state_dir, report.set_aside).items():
+                if now - min(i["queued_at"] for i in items) > settings.expire_s:
+                    for item in items:
+                        _remove_if_unchanged(item)
+                    report.expired.append(job_id)
+                    continue
+                live.update(os.path.basename(i["path"]) for i in items)
+                if job_id in tried:
+                    continue
+                if all(_due(retry, item, now) for item in items):
+                    due[job_id] = items
+                else:
+                    report.deferred += 1
+            if not due:
+                break
+            batch = dict(list(due.items())[:settings.max_jobs_per_run - len(tried)])
+            tried.update(batch)
+            _deliver_batch(accounting, batch, settings, sleep, retry, now, report)
         _save_retry(state_dir, {name: value for name, value in retry.items() if name in live})
     finally:
         os.close(lock)
     return report
+
+
+def _deliver_batch(accounting: Accounting, batch: Dict[str, List[Dict[str, Any]]], settings: DeliverySettings,
+                   sleep: Callable[[float], None], retry: Dict[str, Any], now: float,
+                   report: DeliveryReport) -> None:
+    """One round of ``deliver_pending``: write ``batch``, remove what was delivered, back off the rest."""
+    try:
+        results = write_jobs(accounting, {job: [i["entry"] for i in items] for job, items in batch.items()},
+                             settings, sleep)
+    except AccountingError as exc:
+        report.error = str(exc)
+        report.waiting.extend(batch)
+        return
+    for job_id, result in results.items():
+        items = batch[job_id]
+        report.writes += result.writes
+        if result.delivered:
+            for item in items:
+                _remove_if_unchanged(item)
+                retry.pop(os.path.basename(item["path"]), None)
+            report.delivered.append(job_id)
+            continue
+        for item in items:
+            name = os.path.basename(item["path"])
+            before = retry.get(name)
+            tries = int(before["tries"]) + 1 if before and before["queued_at"] == item["queued_at"] else 1
+            retry[name] = {"queued_at": item["queued_at"], "tries": tries, "next_at": now + _backoff(tries, settings)}
+        report.waiting.append(job_id)
 
 
 def _due(retry: Dict[str, Any], item: Dict[str, Any], now: float) -> bool:
