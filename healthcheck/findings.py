@@ -49,15 +49,23 @@ def strongest_action(findings: Iterable[Finding]) -> str:
     return _highest((finding.action for finding in findings), ACTIONS)
 
 
+def lone_gpu_hang(finding: Finding) -> bool:
+    """A ``probe.timeout`` of one GPU while other GPUs answered the same probe: a broken GPU,
+    not a slow or hung driver (``evidence.answered_gpus``, set by ``checks.probe_health``)."""
+    return finding.check == "probe.timeout" and finding.gpu is not None and bool(finding.evidence.get("answered_gpus"))
+
+
 def without_timeout_drains(findings: Iterable[Finding], drain_on_timeout: bool) -> None:
     """A probe that did not answer (``probe.timeout``) asks for a drain only when the admin said a
     hung driver is a node fault (``[health] drain_on_probe_timeout``); otherwise its action is
-    ``warn``. Every hook applies this one rule, so the prolog, the epilog and the health check
-    never disagree over a timeout (one draining what the next resumes)."""
+    ``warn``. One GPU that hangs while its siblings answer is not a hung driver but a broken GPU
+    (``lone_gpu_hang``): it keeps its drain whatever that setting. Every hook applies this one
+    rule, so the prolog, the epilog and the health check never disagree over a timeout (one
+    draining what the next resumes)."""
     if drain_on_timeout:
         return
     for finding in findings:
-        if finding.check == "probe.timeout" and finding.action == "drain":
+        if finding.check == "probe.timeout" and finding.action == "drain" and not lone_gpu_hang(finding):
             finding.action = "warn"
 
 

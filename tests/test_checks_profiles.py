@@ -92,7 +92,9 @@ def test_a_hang_is_an_error_finding_within_the_deadline(tmp_path, name):
     assert report.status == "error" and report.exit_code == 3
     assert [f.check for f in report.findings] == ["probe.timeout"]
     assert report.findings[0].message.endswith("did not answer within 1 s") or \
-        report.findings[0].message == "GPU 5 did not answer NVML within 1 s"
+        report.findings[0].message == "GPU 5 did not answer NVML within 1 s while 7 other GPU(s) did"
+    # the driver as a whole (ambiguous) or one GPU while its siblings answered (a broken GPU)
+    assert report.findings[0].evidence.get("answered_gpus") == (7 if name == "h100-gpu-hang.toml" else None)
 
 
 def test_growth_faults_show_on_the_second_run(tmp_path):

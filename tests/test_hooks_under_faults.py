@@ -43,6 +43,7 @@ class Node:
         self.slurm = SlurmStandIn(str(tmp_path / "slurm"))
         self.config = str(tmp_path / "config.toml")
         self.marker = uuid.uuid4().hex          # in every process this test starts: finds orphans
+        self.job_gpus = "2,3"                   # SLURM_JOB_GPUS of the prolog and epilog
         self.base = f"""
 [paths]
 state_dir = "{self.state}"
@@ -76,7 +77,7 @@ timeout_s = {{slurm_timeout_s}}
         env = {"SLURM_GPU_HOOKS_CONFIG": self.config, "SLURMD_NODENAME": "gpu1", "SGH_TEST_MARKER": self.marker,
                "PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join([SHIM, ROOT])}
         if hook in ("prolog", "epilog"):
-            env.update(SLURM_JOB_ID=job, SLURM_JOB_GPUS="2,3",
+            env.update(SLURM_JOB_ID=job, SLURM_JOB_GPUS=self.job_gpus,
                        SLURM_SCRIPT_CONTEXT="prolog_slurmd" if hook == "prolog" else "epilog_slurmd")
         if hook == "epilog":
             env["SLURM_JOB_EXIT_CODE2"] = "1:0"
@@ -200,11 +201,14 @@ def health_json(done) -> dict:
 
 # -- NVML hangs ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fault", ["node.nvml=hang", "gpu.3.state=hang"], ids=["driver", "one-gpu"])
+@pytest.mark.parametrize("fault", ["node.nvml=hang", "gpu.0.state=hang gpu.1.state=hang gpu.2.state=hang "
+                                   "gpu.3.state=hang gpu.4.state=hang gpu.5.state=hang gpu.6.state=hang "
+                                   "gpu.7.state=hang"], ids=["driver", "every-gpu"])
 def test_a_hung_nvml_ends_at_the_probe_deadline_and_drains_nothing_by_default(node, fault):
-    """A probe timeout alone is not a node fault unless [health] drain_on_probe_timeout says so
-    (docs/healthcheck.md), in every hook alike: each ends, exits 0, says so, drains nothing."""
-    node.inject(fault)
+    """A driver that does not answer (NVML itself, or every GPU at once) is ambiguous: not a node
+    fault unless [health] drain_on_probe_timeout says so (docs/healthcheck.md), in every hook
+    alike: each ends, exits 0, says so, drains nothing."""
+    node.inject(*fault.split())
     for hook in HOOKS:
         done = node.run(hook, *(["--json"] if hook == "healthcheck" else []))
         no_traceback(done)
@@ -214,12 +218,43 @@ def test_a_hung_nvml_ends_at_the_probe_deadline_and_drains_nothing_by_default(no
             assert json.loads(done.stdout)["decision"] == "none"
     check = node.run("check", "--json")
     assert check.returncode == 3, check.stderr          # could not check: the probe did not answer
-    assert [f["check"] for f in json.loads(check.stdout)["findings"]] == ["probe.timeout"]
+    assert {f["check"] for f in json.loads(check.stdout)["findings"]} == {"probe.timeout"}
     assert node.slurm.drains() == []
     results = {entry["hook"]: entry for entry in node.journal()}
     assert results["prolog"]["result"] == "ok" and results["epilog"]["result"] == "classified"
     assert "drained" not in results["epilog"]
     assert node.no_orphans() == [], "a probe child outlived its hook"
+
+
+def test_one_gpu_that_hangs_while_its_siblings_answer_stops_the_job_and_drains_for_it(node):
+    """A single GPU that does not answer while its seven siblings do is a broken GPU, by default
+    (no drain_on_probe_timeout): the prolog refuses the job and drains the node for that GPU; the
+    epilog keeps the evidence; the health check keeps the drain, never resumes it."""
+    node.job_gpus = "4,5"
+    node.inject("gpu.5.state=hang")
+    prolog = node.run("prolog")
+    no_traceback(prolog)
+    assert prolog.returncode == 1, prolog.stderr
+    drains = node.slurm.drains()
+    assert len(drains) == 1 and drains[0].startswith("gpu-hooks: v1 probe.timeout gpu5"), drains
+    epilog = node.run("epilog")
+    assert epilog.returncode == 0, epilog.stderr
+    record = [entry for entry in node.journal() if entry["hook"] == "epilog"][-1]
+    assert record["result"] == "classified", record
+    doc = health_json(node.run("healthcheck", "--json"))
+    assert doc["decision"] == "none" and doc["rule"] in ("drained-same-cause", "resume-wait-pending", "resume-wait-unseen"), doc
+    assert len(node.slurm.drains()) == 1
+    assert [c for c in node.slurm.calls("scontrol") if "state=resume" in c["args"]] == []
+    assert node.no_orphans() == [], "a probe child outlived its hook"
+
+
+def test_the_health_check_drains_for_one_gpu_that_hangs_while_its_siblings_answer(node):
+    node.inject("gpu.5.state=hang")
+    # a run in the boot's grace, then confirmed over [health] confirm_runs, as any finding that waits
+    decisions = [health_json(node.run("healthcheck", "--json"))["decision"] for _ in range(3)]
+    assert decisions == ["none", "none", "drain"], decisions
+    drains = node.slurm.drains()
+    assert len(drains) == 1 and drains[0].startswith("gpu-hooks: v1 probe.timeout gpu5"), drains
 
 
 def test_with_drain_on_probe_timeout_every_hook_drains_for_a_hung_driver(node):

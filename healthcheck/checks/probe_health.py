@@ -30,11 +30,17 @@ def probe_findings(inp: CheckInput) -> List[Finding]:
             findings.append(_unanswered(inp.finding("probe.error", "error",
                                                     f"NVML probe failed: {nvml.message or 'no answer'}",
                                                     evidence={"error": nvml.message})))
+        # One GPU that does not answer while the driver and its siblings do is a broken GPU; when
+        # none answers, the driver itself hangs (ambiguous: see findings.without_timeout_drains).
+        answered = [gpu.index for gpu in nvml.gpus if gpu.state != "hang"]
         for gpu in inp.gpus_in_scope():
             if gpu.state == "hang":
-                findings.append(_unanswered(inp.finding("probe.timeout", "error",
-                                                        f"{gpu.subject()} did not answer NVML within {limit:g} s",
-                                                        gpu=gpu, evidence=evidence)))
+                alone = dict(evidence, answered_gpus=len(answered)) if answered else evidence
+                findings.append(_unanswered(inp.finding(
+                    "probe.timeout", "error",
+                    f"{gpu.subject()} did not answer NVML within {limit:g} s"
+                    + (f" while {len(answered)} other GPU(s) did" if answered else ""),
+                    gpu=gpu, evidence=alone)))
     ib = inp.ib
     if ib is not None:
         if ib.status == "timeout":
