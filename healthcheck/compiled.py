@@ -1,4 +1,5 @@
-"""The config as the hooks load it: parsed and validated once, then reused while nothing changed.
+"""The config as the hooks load it: parsed and validated once, then reused while nothing changed
+(and the package's own TOML data files, ``package_toml``, the same way).
 
 Every hook run used to parse ``defaults.toml`` and the admin's file with the TOML parser and
 walk the schema over them (about 10 ms of a 60-80 ms hook, docs/performance.md). A valid load
@@ -108,7 +109,7 @@ MAX_ENTRIES = 64
 
 def _prune(directory: str) -> None:
     """At most MAX_ENTRIES entries (one per config file path): the least recently written go."""
-    names = [name for name in os.listdir(directory) if name.startswith("config-") and name.endswith(".json")]
+    names = [name for name in os.listdir(directory) if name.startswith(("config-", "data-")) and name.endswith(".json")]
     if len(names) <= MAX_ENTRIES:
         return
     dated = []
@@ -146,3 +147,24 @@ def load(cls: Any, path: str, read_document: Callable[..., Dict[str, Any]]) -> A
     if directory:
         _write_entry(directory, entry, {"key": wanted, "data": config.data, "document": config.document})
     return config
+
+
+def package_toml(name: str) -> Dict[str, Any]:
+    """The package's TOML data file ``name`` (``datafiles``: e.g. job-classes.toml), parsed; from
+    the cache when an entry was made from these very bytes (the epilog reads one every job)."""
+    from . import datafiles, tomlio
+
+    text = datafiles.read_text(name)
+    directory = cache_dir()
+    if not directory:
+        return tomlio.loads(text)
+    from .digest import sha256
+
+    wanted = sha256("\0".join([_VERSION, name, sys.version, text]).encode("utf-8", "surrogateescape")).hexdigest()
+    entry = os.path.join(directory, "data-" + sha256(name.encode("utf-8")).hexdigest()[:32] + ".json")
+    found = _read_entry(directory, entry)
+    if found and found.get("key") == wanted and isinstance(found.get("data"), dict):
+        return found["data"]
+    data = tomlio.loads(text)
+    _write_entry(directory, entry, {"key": wanted, "data": data})
+    return data

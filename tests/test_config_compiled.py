@@ -109,3 +109,13 @@ def test_the_cache_stays_small_whatever_the_number_of_config_files(tmp_path, cac
         folder.mkdir()
         Config.load(_config(folder, "[health]\nconfirm_runs = 3\n"), {}, cached=True)
     assert len(os.listdir(cache)) == 3
+
+
+def test_a_package_data_file_is_parsed_once_for_its_bytes(cache, monkeypatch):
+    first = compiled.package_toml("job-classes.toml")
+    assert "hardware_precedence" in first
+    _no_parser(monkeypatch)
+    assert compiled.package_toml("job-classes.toml") == first
+    monkeypatch.setattr(compiled, "cache_dir", lambda: None)
+    with pytest.raises(AssertionError, match="parsed again"):
+        compiled.package_toml("job-classes.toml")

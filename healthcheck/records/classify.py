@@ -33,7 +33,6 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from .. import datafiles, tomlio
 from ..kernellog.xid_actions import drains
 from .classes import APPLICATION_CLASSES, CLASSES, HARDWARE_CLASSES, UNKNOWN
 
@@ -42,8 +41,9 @@ Evidence = Dict[str, Any]
 
 @functools.lru_cache(maxsize=1)
 def rules() -> Dict[str, Any]:
-    text = datafiles.read_text("job-classes.toml")
-    data = tomlio.loads(text)
+    from ..compiled import package_toml
+
+    data = package_toml("job-classes.toml")
     unknown = [c for c in data["hardware_precedence"] if c not in HARDWARE_CLASSES]
     if unknown:
         raise ValueError(f"job-classes.toml: {unknown} are not hardware classes")
