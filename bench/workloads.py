@@ -52,8 +52,10 @@ def warm(path: str) -> None:
 
 def project_env(root: str) -> Dict[str, str]:
     """The caller's environment without anything that would point a hook elsewhere."""
+    # Without PYTHONDONTWRITEBYTECODE: the timed processes use .pyc files, as on a node (with it,
+    # every module changed since the last byte-compile is compiled again in every timed run).
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "SLURMD_")) and k not in ("CUDA_VISIBLE_DEVICES",)}
+           if not k.startswith(("SLURM_", "SLURMD_")) and k not in ("CUDA_VISIBLE_DEVICES", "PYTHONDONTWRITEBYTECODE")}
     env["LC_ALL"] = "C.UTF-8"
     return env
 

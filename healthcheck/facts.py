@@ -6,7 +6,7 @@ for another reason (what NVML or the kernel said, verbatim).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from .plain import field, plain
 from typing import Any, Dict, List, Optional
 
 # What a check (CheckSpec.needs "nvml:<group>") or a caller (run_checks extra_reads) can ask
@@ -60,7 +60,7 @@ GPU_RECOVERY_ACTIONS = {0: "none", 1: "reset", 2: "reboot", 3: "drain_p2p", 4: "
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 
 
-@dataclass
+@plain
 class GpuFacts:
     index: int
     uuid: Optional[str] = None
@@ -98,7 +98,7 @@ class GpuFacts:
         return f"GPU {self.index}{where}"
 
 
-@dataclass
+@plain
 class NvmlFacts:
     # ok | library_not_found | driver_not_loaded | init_error | timeout | crashed
     status: str = "ok"
@@ -110,7 +110,7 @@ class NvmlFacts:
     elapsed_s: Optional[float] = None
 
 
-@dataclass
+@plain
 class IbPortFacts:
     hca: str
     port: int
@@ -131,7 +131,7 @@ class IbPortFacts:
         return f"{self.hca}:{self.port}"
 
 
-@dataclass
+@plain
 class IbFacts:
     status: str = "ok"                           # ok | timeout | error
     message: str = ""
@@ -146,7 +146,7 @@ class IbFacts:
         return None
 
 
-@dataclass
+@plain
 class DcgmTestResult:
     category: str
     test: str
@@ -156,7 +156,7 @@ class DcgmTestResult:
     error_ids: List[int] = field(default_factory=list)   # DCGM's dcgmError_t of each warning (4.x)
 
 
-@dataclass
+@plain
 class DcgmFacts:
     # ok | not_installed | timeout | error (dcgmi failed or printed nothing we understand)
     status: str = "ok"
@@ -168,7 +168,7 @@ class DcgmFacts:
     timeout_s: Optional[float] = None
 
 
-@dataclass
+@plain
 class IbBandwidthResult:
     """One perftest ``ib_write_bw`` loopback run: ``client`` writes to ``server`` (both "hca:port"
     of this node; the same port twice when the node has one)."""
@@ -183,7 +183,7 @@ class IbBandwidthResult:
     unit: str = ""                               # the unit perftest printed: Gb/sec | MB/sec
 
 
-@dataclass
+@plain
 class IbBandwidthFacts:
     # ok | unsupported (perftest not installed) | error (nothing could be run)
     status: str = "ok"
@@ -193,7 +193,7 @@ class IbBandwidthFacts:
     timeout_s: Optional[float] = None
 
 
-@dataclass
+@plain
 class KernelLogFacts:
     """Kernel-log events for this run (``healthcheck.kernellog.events.XidEvent``)."""
     status: str = "ok"                           # ok | error
@@ -206,7 +206,7 @@ class KernelLogFacts:
     read: Any = field(default=None, repr=False, compare=False)
 
 
-@dataclass
+@plain
 class RunFacts:
     """Everything one ``run_checks`` gathered (None: not probed this run)."""
     nvml: Optional[NvmlFacts] = None

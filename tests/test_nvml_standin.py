@@ -48,10 +48,11 @@ A100_PCIE = textwrap.dedent("""
 """)
 
 FACTS_SCRIPT = textwrap.dedent("""
-    import dataclasses, json, pynvml
+    import json, pynvml
+    from healthcheck.plain import asdict
     from healthcheck.probes.nvml import probe_nvml
     facts = probe_nvml(pynvml, 20.0)
-    out = dataclasses.asdict(facts)
+    out = asdict(facts)
     out["pynvml_file"] = pynvml.__file__
     print(json.dumps(out))
 """)
