@@ -38,7 +38,7 @@ def cache_dir() -> Optional[str]:
 
 
 def key(path: str, raw: bytes) -> str:
-    from .digest import sha256
+    from .safeio.sha256 import sha256
 
     parts = [_VERSION, os.path.abspath(path), sys.version]
     for name in _CODE:
@@ -53,7 +53,7 @@ def key(path: str, raw: bytes) -> str:
 
 
 def _entry_path(directory: str, path: str) -> str:
-    from .digest import sha256
+    from .safeio.sha256 import sha256
 
     return os.path.join(directory, "config-" + sha256(os.path.abspath(path).encode("utf-8", "surrogateescape"))
                         .hexdigest()[:32] + ".json")
@@ -87,7 +87,7 @@ def _read_entry(directory: str, entry: str) -> Optional[dict]:
 
 
 def _write_entry(directory: str, entry: str, content: dict) -> None:
-    from .fsutil import atomic_write
+    from .safeio.fsutil import atomic_write
 
     try:
         text = json.dumps(content, allow_nan=False, separators=(",", ":"))
@@ -129,7 +129,7 @@ def load(cls: Any, path: str, read_document: Callable[..., Dict[str, Any]]) -> A
     """``cls`` (Config) for ``path``: from the cache when its key matches, else read with
     ``read_document(path, raw)``, validated (``Config.from_document``; ConfigError as always)
     and then cached."""
-    from . import tomlio
+    from .safeio import tomlio
 
     try:
         raw = tomlio.read_bytes(path)
@@ -152,13 +152,13 @@ def load(cls: Any, path: str, read_document: Callable[..., Dict[str, Any]]) -> A
 def package_toml(name: str) -> Dict[str, Any]:
     """The package's TOML data file ``name`` (``datafiles``: e.g. job-classes.toml), parsed; from
     the cache when an entry was made from these very bytes (the epilog reads one every job)."""
-    from . import datafiles, tomlio
+    from .safeio import datafiles, tomlio
 
     text = datafiles.read_text(name)
     directory = cache_dir()
     if not directory:
         return tomlio.loads(text)
-    from .digest import sha256
+    from .safeio.sha256 import sha256
 
     wanted = sha256("\0".join([_VERSION, name, sys.version, text]).encode("utf-8", "surrogateescape")).hexdigest()
     entry = os.path.join(directory, "data-" + sha256(name.encode("utf-8")).hexdigest()[:32] + ".json")

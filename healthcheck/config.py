@@ -11,11 +11,11 @@ import functools
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
-from . import datafiles, tomlio
+from .safeio import datafiles, tomlio
 from .findings import ACTIONS, action_for
 from .kernellog.xid_actions import XID_ACTIONS
 from .facts import NVML_DRIVER_FACTS
-from .fsutil import name_problem
+from .safeio.fsutil import name_problem
 from .schema import Field, Problem, merge, validate
 
 DEFAULT_CONFIG_PATH = "/etc/slurm-gpu-hooks/config.toml"
@@ -105,13 +105,13 @@ _XID_MAX_ESCALATION_COUNT = 10000
 
 
 def _env_value_problem(value: str) -> Optional[str]:
-    from .nccl_env import value_problem
+    from .taskenv.nccl_env import value_problem
 
     return value_problem(value)
 
 
 def _env_names_problem(table: Dict[str, Any]) -> Optional[str]:
-    from .nccl_env import NAME
+    from .taskenv.nccl_env import NAME
 
     bad = [key for key in table if not NAME.fullmatch(key)]
     return f"{', '.join(repr(key) for key in bad)} is not an environment variable name" if bad else None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Dict, FrozenSet, Optional, Tuple
 
-from . import datafiles
+from .safeio import datafiles
 
 # The branches modelled, oldest first. A driver between two branches has the older one's
 # functions; one older than the first is treated as the first.

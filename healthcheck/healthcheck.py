@@ -41,10 +41,10 @@ def parse(argv: Optional[Sequence[str]]):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from .shortlived import short_process
+    from .hooklib.nogc import short_process
 
     with short_process():      # before the imports: a hook is one short process
-        from .hookenv import serve
+        from .hooklib.skeleton import serve
 
         return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
                      on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
@@ -54,7 +54,7 @@ def _start(argv: Optional[Sequence[str]]):
     """The options and the node (bad ones: one line, exit 2), the config (the default one not
     usable: exit 0; a --config that is not: exit 2)."""
     from .config import node_name
-    from .hookenv import start
+    from .hooklib.skeleton import start
 
     args = parse(argv)
     try:
@@ -69,7 +69,7 @@ def _start(argv: Optional[Sequence[str]]):
 
 
 def _body(run):
-    from .hookenv import Ending
+    from .hooklib.skeleton import Ending
 
     args = run.options
     result = _run(run.config, run.node, args.dry_run)
@@ -84,8 +84,8 @@ def _body(run):
 
 
 def _stopped_by_watchdog(run, deadline: float, where: str):
-    from .hookenv import Ending
-    from .watchdog import done_so_far, progress
+    from .hooklib.skeleton import Ending
+    from .hooklib.watchdog import done_so_far, progress
 
     done, changed = progress(), done_so_far("nothing drained")
     print(f"{PROG}: {run.node}: the run took longer than {deadline:g} s ([health] deadline_s) and was stopped "
@@ -96,7 +96,7 @@ def _stopped_by_watchdog(run, deadline: float, where: str):
 
 def _tool_error(run, exc: Exception):
     """The tool being broken is never the node being broken: nothing done, exit 0."""
-    from .hookenv import Ending
+    from .hooklib.skeleton import Ending
 
     print(f"{PROG}: {run.node}: internal error, nothing done: {type(exc).__name__}: {exc}", file=sys.stderr)
     return Ending(0, {"result": "error", "error": f"{type(exc).__name__}: {exc}"})

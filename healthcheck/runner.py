@@ -133,7 +133,7 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
 
     kernel = None
     if "kernel" in wanted:
-        from .probes.kernel_log import probe_kernel_log
+        from .probes.xid_events import probe_kernel_log
 
         kernel = probe_kernel_log(sources.kernel_log, sources.state_dir, node, tier, config,
                                   gpus=nvml.gpus if nvml is not None and nvml.status == "ok" else (), now=now,
@@ -205,7 +205,7 @@ def _commit_kernel_log(kernel, inp: CheckInput) -> Optional[Finding]:
 
 
 def _run_dcgm(config: Config, tier: str, gpus: Optional[frozenset]) -> DcgmFacts:
-    from .probes.dcgm import probe_dcgm
+    from .probes.dcgm_diag import probe_dcgm
 
     section = config.section("dcgm")
     level = int(section.get("levels", {}).get(tier, 1))
@@ -231,7 +231,7 @@ def _run_perftest(config: Config, node: str, sources: NodeSources, ib):
 
 
 def _load_history(config: Config, state_dir: str, node: str):
-    from .history import CounterHistory
+    from .counters.history import CounterHistory
 
     try:
         store = CounterHistory(state_dir, node)

@@ -15,7 +15,7 @@ from .config import Config
 @dataclass
 class NodeSources:
     node: str
-    nvml: ModuleType          # pynvml, or healthcheck.sim.nvml bound to this node
+    nvml: ModuleType          # pynvml, or healthcheck.sim.sim_pynvml bound to this node
     sysfs_root: str
     kernel_log: str           # "auto" | "kmsg" | "journal" | a file path
     state_dir: str            # where this node's state lives (cursors, counter history)
@@ -26,7 +26,7 @@ class NodeSources:
 
 
 def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeSources:
-    from .sim import nvml as sim_nvml
+    from .sim import sim_pynvml as sim_nvml
     from .sim.node import SimNode
 
     sim = SimNode(state_dir, node, profile_path)

@@ -96,14 +96,14 @@ def deliver_in_background(config: Config, rescan: bool = False) -> bool:
     started = subprocess.Popen([sys.executable, "-m", "slurm_hooks.delivery"], env=env, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                close_fds=True, cwd="/")
-    from healthcheck.watchdog import detached
+    from healthcheck.hooklib.watchdog import detached
 
     detached(started.pid)                 # meant to outlive the hook: a watchdog spares it
     return True
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.hookenv import load_config_or_none
+    from healthcheck.hooklib.skeleton import load_config_or_none
 
     config = load_config_or_none(os.environ, "delivery")
     if config is None:
@@ -114,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if report.expired or report.set_aside:
         # Its stderr goes nowhere (detached): a loss is also said in the hook journal.
         from healthcheck.config import node_name
-        from healthcheck.hookenv import journal
+        from healthcheck.hooklib.skeleton import journal
 
         node = "slurmctld" if os.environ.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmctld" else node_name(None)
         journal(config, "delivery", node, None, delivered=len(report.delivered), waiting=len(report.waiting),

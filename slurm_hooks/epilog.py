@@ -40,10 +40,10 @@ EXAMPLE = ("SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_SCRIPT_CONTEXT=epilog_slu
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.shortlived import short_process
+    from healthcheck.hooklib.nogc import short_process
 
     with short_process():      # before the imports: a hook is one short process
-        from healthcheck.hookenv import serve
+        from healthcheck.hooklib.skeleton import serve
 
         return serve("epilog", argv, _body, doc=__doc__ or "", example=EXAMPLE, start=_start,
                      deadline=("records", "epilog_deadline_s"), on_watchdog=_stopped_by_watchdog,
@@ -51,14 +51,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _start(argv):
-    from healthcheck.hookenv import start
+    from healthcheck.hooklib.skeleton import start
 
     hook, node = hook_identity(os.environ)
     return start("epilog", os.environ, hook=hook, node=node, context=os.environ.get("SLURM_SCRIPT_CONTEXT"))
 
 
 def _body(run):
-    from healthcheck.hookenv import Ending
+    from healthcheck.hooklib.skeleton import Ending
 
     if run.hook == "epilog_slurmctld":
         result = run_epilog_slurmctld(run.config, os.environ)
@@ -70,8 +70,8 @@ def _body(run):
 
 def _stopped_by_watchdog(run, deadline: float, where: str):
     """Whatever was written (the record, the queued entry, a drain) stays; the rest is not done."""
-    from healthcheck.hookenv import Ending
-    from healthcheck.watchdog import done_so_far, progress
+    from healthcheck.hooklib.skeleton import Ending
+    from healthcheck.hooklib.watchdog import done_so_far, progress
 
     done, kept = progress(), done_so_far("nothing written yet")
     print(f"slurm-gpu-{run.hook}: {run.node}: job {run.job_id}: the run took longer than {deadline:g} s ([records] "
@@ -81,7 +81,7 @@ def _stopped_by_watchdog(run, deadline: float, where: str):
 
 def _tool_error(run, exc: Exception):
     """The tool being broken never fails the node."""
-    from healthcheck.hookenv import Ending
+    from healthcheck.hooklib.skeleton import Ending
 
     print(f"slurm-gpu-{run.hook}: internal error, job {run.job_id} not classified: {type(exc).__name__}: {exc}",
           file=sys.stderr)
@@ -269,7 +269,7 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
 
 
 def _note(step: str, state: str) -> None:
-    from healthcheck.watchdog import note
+    from healthcheck.hooklib.watchdog import note
 
     note(step, state)
 

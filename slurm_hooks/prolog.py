@@ -28,24 +28,24 @@ EXAMPLE = "SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-pro
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.shortlived import short_process
+    from healthcheck.hooklib.nogc import short_process
 
     with short_process():      # before the imports: a hook is one short process
-        from healthcheck.hookenv import serve
+        from healthcheck.hooklib.skeleton import serve
 
         return serve("prolog", argv, _body, doc=__doc__ or "", example=EXAMPLE, start=_start,
                      deadline=("prolog", "deadline_s"), on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 
 def _start(argv):
-    from healthcheck.hookenv import start
+    from healthcheck.hooklib.skeleton import start
 
     return start("prolog", os.environ, context=os.environ.get("SLURM_SCRIPT_CONTEXT"),
                  gpus=os.environ.get("SLURM_JOB_GPUS"))
 
 
 def _body(run):
-    from healthcheck.hookenv import Ending
+    from healthcheck.hooklib.skeleton import Ending
 
     result = run_prolog(run.config, run.node, os.environ)
     return Ending(1 if result["result"] == "bad-node" else 0, result)
@@ -54,7 +54,7 @@ def _body(run):
 def _tool_error(run, exc: Exception):
     """The tool is broken (not the node): the job runs unchecked, or stops with
     ``[prolog] on_tool_error = "fail"``."""
-    from healthcheck.hookenv import Ending
+    from healthcheck.hooklib.skeleton import Ending
 
     fail = run.config.section("prolog")["on_tool_error"] == "fail"
     print(f"slurm-gpu-prolog: internal error on {run.node}, job {run.job_id} "
@@ -66,8 +66,8 @@ def _stopped_by_watchdog(run, deadline: float, where: str):
     """The run passed ``[prolog] deadline_s``. A drain already under way (applied, or in flight:
     scontrol may have taken it) means the checks found the node bad: the job must not start
     there, exit 1 as the run would have. Otherwise the job runs unchecked (``on_tool_error``)."""
-    from healthcheck.hookenv import Ending
-    from healthcheck.watchdog import progress
+    from healthcheck.hooklib.skeleton import Ending
+    from healthcheck.hooklib.watchdog import progress
 
     done = progress()
     drain = done.get("drain") if done.get("drain") != "undone" else None   # the budget undid it: may run
@@ -146,7 +146,7 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         return result
 
     from healthcheck.records.late import amend_recent_jobs
-    from healthcheck.watchdog import note
+    from healthcheck.hooklib.watchdog import note
 
     from healthcheck.actions.gate import BUDGET_RULE
 

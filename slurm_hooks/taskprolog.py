@@ -1,7 +1,7 @@
 """``slurm-gpu-taskprolog``: Slurm's TaskProlog (run by slurmstepd as the job's user before each
 task, in the task's environment). What it prints as ``export NAME=value`` Slurm sets in the task.
 
-It exports the NCCL settings that fit this node's fabric (``healthcheck/nccl_env.py``) on nodes
+It exports the NCCL settings that fit this node's fabric (``healthcheck/taskenv/nccl_env.py``) on nodes
 whose ``[[nodes]]`` group has ``nccl_env = true``, and never a name the user set. A value the
 task inherited from an earlier export of ours (the batch script's TaskProlog, another node's) is
 not the user's: it is derived again for this task (``SGH_NCCL_EXPORTED`` tells the two apart).
@@ -21,10 +21,10 @@ EXAMPLE = ("SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_STEP_GPUS=0,1 slurm-gpu-t
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.shortlived import short_process
+    from healthcheck.hooklib.nogc import short_process
 
     with short_process():      # before the imports: a hook is one short process
-        from healthcheck.hookenv import serve
+        from healthcheck.hooklib.skeleton import serve
 
         # No watchdog (it reads small files only) and no journal (the job's user cannot write it).
         return serve("taskprolog", argv, _body, doc=__doc__ or "", example=EXAMPLE, start=_start)
@@ -35,13 +35,13 @@ def _start(argv):
 
 
 def _start_in(env: Mapping[str, str]):
-    from healthcheck.hookenv import start
+    from healthcheck.hooklib.skeleton import start
 
     return start("taskprolog", env)
 
 
 def _body(run):
-    from healthcheck.hookenv import Ending
+    from healthcheck.hooklib.skeleton import Ending
 
     text = exports(os.environ, run.config)        # all of it first: on any problem nothing is printed
     if text:
@@ -57,10 +57,10 @@ def exports(env: Mapping[str, str], config=None) -> str:
     """The ``export``/``unset`` lines for this task ('' when the node did not opt in; ``config``:
     the hook's, else loaded as the hook loads it)."""
     from healthcheck.config import node_name
-    from healthcheck.nccl_env import derive, render
+    from healthcheck.taskenv.nccl_env import derive, render
     from healthcheck.probes.ib_sysfs import probe_ib
     from healthcheck.sources import node_paths
-    from healthcheck.topology import gpu_places, hca_places
+    from healthcheck.taskenv.topology import gpu_places, hca_places
 
     if config is None:
         run = _start_in(env)

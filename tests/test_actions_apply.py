@@ -116,7 +116,7 @@ def test_the_decision_imports_nothing_that_runs_programs():
     import sys
 
     probe = ("import sys, healthcheck.actions.decision, healthcheck.slurm; "
-             "print(sorted(m for m in ('subprocess', 'healthcheck.bounded', 'healthcheck.slurm.cli_backend', "
+             "print(sorted(m for m in ('subprocess', 'healthcheck.safeio.programs', 'healthcheck.slurm.cli_backend', "
              "'slurm_hooks') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from healthcheck import bounded
+from healthcheck.safeio import programs
 
 # A child that starts a grandchild (in its process group), writes the grandchild's pid, and waits.
 FAMILY = """
@@ -29,28 +29,28 @@ def _alive(pid: int) -> bool:
 
 
 def test_output_and_exit_status_come_back():
-    done = bounded.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"], 30)
+    done = programs.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"], 30)
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
     assert done.last_line() == "err"
 
 
 def test_stdin_is_devnull_unless_input_is_given():
     reads = [sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"]
-    assert bounded.run(reads, 30).stdout.strip() == "''"
-    assert bounded.run(reads, 30, input="abc").stdout.strip() == "'abc'"
+    assert programs.run(reads, 30).stdout.strip() == "''"
+    assert programs.run(reads, 30, input="abc").stdout.strip() == "'abc'"
 
 
 def test_arguments_are_never_a_shell_line(tmp_path):
     marker = tmp_path / "pwned"
-    done = bounded.run([sys.executable, "-c", "import sys; print(sys.argv[1])", f"x; touch {marker}"], 30)
+    done = programs.run([sys.executable, "-c", "import sys; print(sys.argv[1])", f"x; touch {marker}"], 30)
     assert done.stdout.strip() == f"x; touch {marker}"
     assert not marker.exists()
 
 
 def test_deadline_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "grandchild.pid"
-    with pytest.raises(bounded.CommandError) as caught:
-        bounded.run([sys.executable, "-c", FAMILY, str(pidfile)], 3)
+    with pytest.raises(programs.CommandError) as caught:
+        programs.run([sys.executable, "-c", FAMILY, str(pidfile)], 3)
     assert caught.value.timed_out
     assert "no answer within 3 s" in str(caught.value) and "\n" not in str(caught.value)
     grandchild = int(pidfile.read_text())
@@ -62,26 +62,26 @@ def test_deadline_kills_the_whole_process_group(tmp_path):
 
 
 def test_a_missing_program_is_one_line():
-    with pytest.raises(bounded.CommandError) as caught:
-        bounded.run(["/nonexistent/scontrol", "ping"], 5)
+    with pytest.raises(programs.CommandError) as caught:
+        programs.run(["/nonexistent/scontrol", "ping"], 5)
     assert not caught.value.timed_out
     assert str(caught.value) == "cannot run /nonexistent/scontrol: No such file or directory"
 
 
 def test_stream_hands_over_stdout_in_chunks_and_keeps_stderr_short():
     chunks = []
-    code, errors = bounded.stream([sys.executable, "-c",
+    code, errors = programs.stream([sys.executable, "-c",
                                    "import sys; sys.stdout.write('x' * 200000); sys.stderr.write('e' * 20000)"],
                                   30, chunks.append)
     assert code == 0
     assert sum(len(chunk) for chunk in chunks) == 200000
-    assert errors == b"e" * bounded.STDERR_KEEP
+    assert errors == b"e" * programs.STDERR_KEEP
 
 
 def test_stream_deadline_kills_the_group(tmp_path):
     pidfile = tmp_path / "grandchild.pid"
-    with pytest.raises(bounded.CommandError) as caught:
-        bounded.stream([sys.executable, "-c", FAMILY, str(pidfile)], 3, lambda chunk: None)
+    with pytest.raises(programs.CommandError) as caught:
+        programs.stream([sys.executable, "-c", FAMILY, str(pidfile)], 3, lambda chunk: None)
     assert caught.value.timed_out
     grandchild = int(pidfile.read_text())
     for _ in range(50):
@@ -92,10 +92,10 @@ def test_stream_deadline_kills_the_group(tmp_path):
 
 
 def test_describe_names_the_program_not_its_directory():
-    assert bounded.describe(["/usr/bin/scontrol", "update", "nodename=gpu1", "state=drain", "reason=x"]) == \
+    assert programs.describe(["/usr/bin/scontrol", "update", "nodename=gpu1", "state=drain", "reason=x"]) == \
         "scontrol update nodename=gpu1 state=drain"
 
 
 def test_describe_keeps_an_error_on_one_short_line():
-    text = bounded.describe(["python", "-c", "import os\n" + "x = 1\n" * 50])
+    text = programs.describe(["python", "-c", "import os\n" + "x = 1\n" * 50])
     assert "\n" not in text and len(text) < 100

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from healthcheck import fsutil
+from healthcheck.safeio import fsutil
 
 from .conftest import ROOT, run_cli
 

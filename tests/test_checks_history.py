@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from healthcheck.growth import append_sample, growth
-from healthcheck.history import CounterHistory
+from healthcheck.counters.growth_rate import append_sample, growth
+from healthcheck.counters.history import CounterHistory
 
 
 def test_first_sighting_has_no_growth():

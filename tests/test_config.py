@@ -150,7 +150,7 @@ def _at_maximum(schema, skip=("nodes",)):
 
 
 def test_every_number_at_its_maximum_is_accepted_and_breaks_nothing(tmp_path, isolated_env):
-    from healthcheck import tomlio
+    from healthcheck.safeio import tomlio
     from healthcheck.config import CONFIG_SCHEMA
 
     from .conftest import SIM_PROFILES

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from healthcheck import compiled, tomlio
+from healthcheck import compiled
+from healthcheck.safeio import tomlio
 from healthcheck.config import Config, ConfigError
 
 

@@ -6,7 +6,7 @@ import json
 
 from healthcheck.checks.dcgm import dcgm_diag
 from healthcheck.facts import GpuFacts, NvmlFacts
-from healthcheck.probes.dcgm import parse_diag, probe_dcgm
+from healthcheck.probes.dcgm_diag import parse_diag, probe_dcgm
 
 from .checks_support import default_input
 

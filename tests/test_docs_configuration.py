@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any, Dict, Iterator, Set, Tuple
 
-from healthcheck import tomlio
+from healthcheck.safeio import tomlio
 from healthcheck.config import CONFIG_SCHEMA, TIERS, builtin_defaults
 from healthcheck.schema import Field
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from healthcheck.config import builtin_defaults
-from healthcheck.hookruns import JOURNAL_DIR
+from healthcheck.hooklib.runlog import JOURNAL_DIR
 
 from .conftest import ETC, ROOT
 

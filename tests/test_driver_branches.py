@@ -11,7 +11,7 @@ import pytest
 from healthcheck import driver_support
 from healthcheck.probes.nvml import gather_gpu, probe_nvml
 from healthcheck.runner import run_checks
-from healthcheck.sim import nvml as sim_nvml
+from healthcheck.sim import sim_pynvml as sim_nvml
 from healthcheck.sim.node import SimNode
 
 from .checks_support import ALL_SIM_CHECKS, HARDWARE, make_config, sim

@@ -11,8 +11,9 @@ import stat
 
 import pytest
 
-from healthcheck import fsutil, hookruns
-from healthcheck.history import CounterHistory
+from healthcheck.safeio import fsutil
+from healthcheck.hooklib import runlog
+from healthcheck.counters.history import CounterHistory
 from healthcheck.kernellog.cursor import StateStore
 
 from .conftest import run_cli
@@ -164,7 +165,7 @@ def test_a_hook_whose_disk_is_full_exits_zero(tmp_path, monkeypatch, capsys):
 def test_state_dirs_and_files_get_their_modes_whatever_the_umask(tmp_path, mask):
     state = tmp_path / "var" / "lib" / "slurm-gpu-hooks"
     with umask(mask):
-        hookruns.record_run(str(state), "prolog", "gpu1", "7")
+        runlog.record_run(str(state), "prolog", "gpu1", "7")
         CounterHistory(str(state), "gpu1").record({"gpu.0.ecc": (1.0, 3600.0)}, 1000.0)
         with StateStore(str(state), "gpu1").lock():
             pass
@@ -181,7 +182,7 @@ def test_an_existing_state_dir_open_to_others_is_tightened(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
     os.chmod(state, 0o777)
-    hookruns.record_run(str(state), "healthcheck", "gpu1")
+    runlog.record_run(str(state), "healthcheck", "gpu1")
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o750
 
 
@@ -190,7 +191,7 @@ def test_an_existing_journal_with_a_loose_mode_is_tightened(tmp_path):
     journal.parent.mkdir(parents=True)
     journal.write_text("")
     os.chmod(journal, 0o666)
-    hookruns.record_run(str(tmp_path / "state"), "healthcheck", "gpu1")
+    runlog.record_run(str(tmp_path / "state"), "healthcheck", "gpu1")
     assert stat.S_IMODE(os.stat(journal).st_mode) == 0o640
 
 
@@ -199,7 +200,7 @@ def test_a_state_dir_owned_by_someone_else_is_refused(tmp_path, monkeypatch):
     state.mkdir()
     monkeypatch.setattr(fsutil.os, "geteuid", lambda: os.stat(state).st_uid + 1)
     with pytest.raises(PermissionError) as caught:
-        hookruns.record_run(str(state), "healthcheck", "gpu1")
+        runlog.record_run(str(state), "healthcheck", "gpu1")
     assert "owned by uid" in str(caught.value)
     assert not (state / "hook-runs").exists()
 
@@ -209,7 +210,7 @@ def test_a_symlinked_state_dir_is_refused(tmp_path):
     real.mkdir()
     os.symlink(real, tmp_path / "state")
     with pytest.raises(OSError):
-        hookruns.record_run(str(tmp_path / "state"), "healthcheck", "gpu1")
+        runlog.record_run(str(tmp_path / "state"), "healthcheck", "gpu1")
     assert list(real.iterdir()) == []
 
 
@@ -230,8 +231,8 @@ def test_a_fifo_or_device_as_the_hook_journal_is_refused_not_hung_on(tmp_path, k
     special_file(journal, kind)
     with hang_guard():
         with pytest.raises(OSError):
-            hookruns.record_run(str(tmp_path / "state"), "prolog", "gpu1", "7")
-        assert list(hookruns.read_runs(str(tmp_path / "state"))) == []
+            runlog.record_run(str(tmp_path / "state"), "prolog", "gpu1", "7")
+        assert list(runlog.read_runs(str(tmp_path / "state"))) == []
 
 
 @pytest.mark.parametrize("kind", SPECIAL)

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from healthcheck import tomlio
+from healthcheck.safeio import tomlio
 from healthcheck.config import Config, ConfigError
 from healthcheck.kernellog.events import XidEvent
 from healthcheck.kernellog.parser import Companion, message_start, parse_line, parse_line_split
 from healthcheck.kernellog.scanner import LineScanner
 from healthcheck.kernellog.timestamps import PrefixClock
 from healthcheck.probes import ib_sysfs
-from healthcheck.probes.dcgm import parse_diag
+from healthcheck.probes.dcgm_diag import parse_diag
 from healthcheck.sim import profile as profiles
 from healthcheck.slurm.cli_backend import CliBackend, parse_scontrol_record
 

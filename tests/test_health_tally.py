@@ -1,10 +1,10 @@
 """Confirmation over runs, the boot grace runs, and the Xid that comes back after reboots
-(healthcheck/health/tally.py: pure)."""
+(healthcheck/health/streaks.py: pure)."""
 from __future__ import annotations
 
 from healthcheck.findings import Finding
 from healthcheck.health.policy import REPEAT_CHECK, HealthPolicy
-from healthcheck.health.tally import causes_of, tally
+from healthcheck.health.streaks import causes_of, tally
 
 POLICY = HealthPolicy(confirm_runs=2, confirm_by_check={"gpu.ecc.uncorrectable": 1, "kernel.xid": 1},
                       inspect_after_reboots=2, resume_by_check={"gpu.lost": "after_reboot"},

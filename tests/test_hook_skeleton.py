@@ -1,4 +1,4 @@
-"""One hook skeleton (``healthcheck.hookenv.serve``): the four entry points (prolog, epilog,
+"""One hook skeleton (``healthcheck.hooklib.skeleton.serve``): the four entry points (prolog, epilog,
 health check, TaskProlog) hand it their parts; none of them carries its own start-up, watchdog,
 fail-open or journal code (read from the source), and the skeleton does what each relied on."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from healthcheck import hookenv
+from healthcheck.hooklib import skeleton
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENTRY_POINTS = ("slurm_hooks/prolog.py", "slurm_hooks/epilog.py", "slurm_hooks/taskprolog.py",
@@ -42,19 +42,19 @@ class _Config:
 
 
 def _start(argv):
-    return hookenv.HookRun("prolog", _Config(), "gpu1", "42", {"context": "prolog_slurmd"})
+    return skeleton.HookRun("prolog", _Config(), "gpu1", "42", {"context": "prolog_slurmd"})
 
 
 def test_the_skeleton_journals_the_ending_with_the_runs_fields(monkeypatch):
     lines = []
-    monkeypatch.setattr(hookenv, "journal", lambda config, hook, node, job, **detail: lines.append((hook, node, job, detail)))
-    status = hookenv.serve("prolog", [], lambda run: hookenv.Ending(1, {"result": "bad-node"}), start=_start,
+    monkeypatch.setattr(skeleton, "journal", lambda config, hook, node, job, **detail: lines.append((hook, node, job, detail)))
+    status = skeleton.serve("prolog", [], lambda run: skeleton.Ending(1, {"result": "bad-node"}), start=_start,
                            deadline=("prolog", "deadline_s"))
     assert status == 1 and lines == [("prolog", "gpu1", "42", {"context": "prolog_slurmd", "result": "bad-node"})]
 
 
 def test_the_skeletons_watchdog_stops_a_run_past_its_deadline(monkeypatch):
-    monkeypatch.setattr(hookenv, "journal", lambda *a, **k: None)
+    monkeypatch.setattr(skeleton, "journal", lambda *a, **k: None)
     seen = []
 
     def forever(run):
@@ -63,26 +63,26 @@ def test_the_skeletons_watchdog_stops_a_run_past_its_deadline(monkeypatch):
 
     def stopped(run, limit, where):
         seen.append((limit, "forever" in where))
-        return hookenv.Ending(3)
-    assert hookenv.serve("prolog", [], forever, start=_start, deadline=("prolog", "deadline_s"),
+        return skeleton.Ending(3)
+    assert skeleton.serve("prolog", [], forever, start=_start, deadline=("prolog", "deadline_s"),
                          on_watchdog=stopped) == 3
     assert seen == [(0.05, True)]
 
 
 def test_the_skeleton_fails_open_and_runs_without_the_collector(monkeypatch, capsys):
-    monkeypatch.setattr(hookenv, "journal", lambda *a, **k: None)
+    monkeypatch.setattr(skeleton, "journal", lambda *a, **k: None)
     collecting = []
 
     def broken(run):
         collecting.append(gc.isenabled())
         raise RuntimeError("a bug")
-    assert hookenv.serve("prolog", [], broken, start=_start) == 0
+    assert skeleton.serve("prolog", [], broken, start=_start) == 0
     assert collecting == [False] and "internal error, doing nothing (fail open): RuntimeError: a bug" in capsys.readouterr().err
-    assert hookenv.serve("prolog", [], broken, start=lambda argv: 0) == 0       # no config: nothing run
+    assert skeleton.serve("prolog", [], broken, start=lambda argv: 0) == 0       # no config: nothing run
     assert collecting == [False]
 
 
 def test_a_hook_slurm_runs_refuses_arguments_and_answers_help(capsys):
-    assert hookenv.serve("prolog", ["--bogus"], lambda run: hookenv.Ending(0), doc="The prolog.", start=_start) == 2
-    assert hookenv.serve("prolog", ["--help"], lambda run: hookenv.Ending(0), doc="The prolog.", start=_start) == 0
+    assert skeleton.serve("prolog", ["--bogus"], lambda run: skeleton.Ending(0), doc="The prolog.", start=_start) == 2
+    assert skeleton.serve("prolog", ["--help"], lambda run: skeleton.Ending(0), doc="The prolog.", start=_start) == 0
     assert "The prolog." in capsys.readouterr().out

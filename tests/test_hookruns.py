@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from healthcheck import hookruns as H
+from healthcheck.hooklib import runlog as H
 
 from .conftest import ROOT
 
@@ -43,7 +43,7 @@ def test_rotation_under_concurrent_writers_loses_nothing_it_keeps(tmp_path):
     """Four processes append 300 entries each; the journal rotates once on the way: every
     entry is still in one of the two files, exactly once."""
     state = str(tmp_path)
-    writer = ("import sys\nfrom healthcheck.hookruns import record_run\n"
+    writer = ("import sys\nfrom healthcheck.hooklib.runlog import record_run\n"
               "for n in range(300):\n"
               "    record_run(sys.argv[1], 'prolog', 'gpu1', sys.argv[2], max_bytes=int(sys.argv[3]), n=n)\n")
     sample = H.record_run(str(tmp_path / "probe"), "prolog", "gpu1", "w0", n=299)

@@ -11,7 +11,7 @@ from importlib import metadata
 
 import pytest
 
-from healthcheck import hookenv
+from healthcheck.hooklib import skeleton
 
 from .conftest import run_cli
 
@@ -97,8 +97,8 @@ def test_a_hook_that_decides_its_own_exit_status_keeps_it():
         raise SystemExit(1)
 
     with pytest.raises(SystemExit):
-        hookenv.run_hook("prolog", decides)
-    assert hookenv.run_hook("prolog", lambda: 1) == 1
+        skeleton.run_hook("prolog", decides)
+    assert skeleton.run_hook("prolog", lambda: 1) == 1
 
 
 @pytest.mark.parametrize("config", ["nul-byte-state-dir", "nested-toml", "fifo", "dev-zero"])
@@ -123,18 +123,18 @@ def test_a_hook_body_runs_without_the_cycle_collector_and_the_heap_is_frozen_at_
     run at exit, once."""
     import gc
 
-    from healthcheck import shortlived
+    from healthcheck.hooklib import nogc
     from slurm_hooks import prolog
 
     registered = []
-    monkeypatch.setattr(shortlived.atexit, "register", registered.append)
-    monkeypatch.setattr(shortlived, "_FREEZE_REGISTERED", [])
+    monkeypatch.setattr(nogc.atexit, "register", registered.append)
+    monkeypatch.setattr(nogc, "_FREEZE_REGISTERED", [])
     seen = []
     assert gc.isenabled()
-    assert hookenv.run_hook("prolog", lambda: seen.append(gc.isenabled()) or 0) == 0
-    assert hookenv.run_hook("prolog", lambda: 1 // 0) == 0           # fails open, collector back too
-    with shortlived.short_process():
-        assert hookenv.run_hook("prolog", lambda: seen.append(gc.isenabled()) or 0) == 0
+    assert skeleton.run_hook("prolog", lambda: seen.append(gc.isenabled()) or 0) == 0
+    assert skeleton.run_hook("prolog", lambda: 1 // 0) == 0           # fails open, collector back too
+    with nogc.short_process():
+        assert skeleton.run_hook("prolog", lambda: seen.append(gc.isenabled()) or 0) == 0
         seen.append(gc.isenabled())                                   # still off: the outer one decides
     assert prolog.main(["--help"]) == 0                               # returns early, collector back
     assert seen == [False, False, False] and gc.isenabled()

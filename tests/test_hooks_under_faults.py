@@ -113,7 +113,7 @@ timeout_s = {{slurm_timeout_s}}
 
     def pci(self, gpu: int) -> str:
         """GPU ``gpu``'s PCI address as the kernel log writes it."""
-        from healthcheck import tomlio
+        from healthcheck.safeio import tomlio
 
         profile = tomlio.load_file(os.path.join(self.sim_dir, "gpu1", "profile.toml"))
         domain, bus, rest = profile["gpu"][gpu]["pci_bus_id"].split(":")

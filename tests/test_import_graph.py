@@ -20,9 +20,9 @@ PACKAGES = ("healthcheck", "slurm_hooks")
 IO_IMPORTS = {"subprocess", "fcntl", "socket", "shutil", "tempfile", "select", "signal", "multiprocessing",
               "pynvml", "gzip", "io", "glob", "pathlib"}
 # Product modules that do I/O with no telltale import (plain open()/os calls).
-IO_MODULES = {"healthcheck.fsutil", "healthcheck.history", "healthcheck.hookruns", "healthcheck.hookenv",
-              "healthcheck.config", "healthcheck.sources", "healthcheck.kernellog.cursor",
-              "healthcheck.kernellog.sources", "healthcheck.kernellog.api"}
+IO_MODULES = {"healthcheck.safeio.fsutil", "healthcheck.counters.history", "healthcheck.hooklib.runlog",
+              "healthcheck.hooklib.skeleton", "healthcheck.config", "healthcheck.sources", "healthcheck.kernellog.cursor",
+              "healthcheck.kernellog.readers", "healthcheck.kernellog.api"}
 
 
 def _module_name(path: str) -> str:
@@ -171,16 +171,16 @@ TASKPROLOG_NEVER = {"click", "jinja2", "markupsafe", "subprocess", "multiprocess
 
 def test_the_taskprolog_import_path_is_lean():
     closure = _closure("slurm_hooks.taskprolog") | {"slurm_hooks.taskprolog"}
-    assert "healthcheck.nccl_env" in closure and "healthcheck.topology" in closure
+    assert "healthcheck.taskenv.nccl_env" in closure and "healthcheck.taskenv.topology" in closure
     assert sorted(name for name in closure if name.startswith("slurm_hooks")) == ["slurm_hooks.taskprolog"]
     heavy = {name: sorted(t for t in GRAPH[name] if t.split(".")[0] in TASKPROLOG_NEVER) for name in closure}
     assert {name: targets for name, targets in heavy.items() if targets} == {}
 
 
 def test_the_lean_path_test_sees_a_heavy_import():
-    GRAPH["healthcheck.topology"].add("click")
+    GRAPH["healthcheck.taskenv.topology"].add("click")
     try:
         closure = _closure("slurm_hooks.taskprolog")
         assert any("click" in GRAPH[name] for name in closure)
     finally:
-        GRAPH["healthcheck.topology"].discard("click")
+        GRAPH["healthcheck.taskenv.topology"].discard("click")

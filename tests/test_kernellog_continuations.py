@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from healthcheck.kernellog import sources
+from healthcheck.kernellog import readers
 from healthcheck.kernellog.api import read_new_events, scan_events
 from healthcheck.kernellog.parser import parse_line
 from healthcheck.kernellog.timestamps import PrefixClock
@@ -152,6 +152,6 @@ def test_the_journal_source_reads_no_forged_xid_and_the_genuine_one(tmp_path, mo
     script.write_text(FAKE_JOURNALCTL.format(python=sys.executable, capture=os.path.join(HERE, "journal-short-unix.txt"),
                                              genuine=XID48))
     script.chmod(0o755)
-    monkeypatch.setattr(sources, "JOURNALCTL_PATHS", (str(script),))
+    monkeypatch.setattr(readers, "JOURNALCTL_PATHS", (str(script),))
     read = read_new_events("journal", str(tmp_path / "state"), "gpu1", now=1796139964.0, booted=0)
     assert [(event.code, event.pci) for event in read.events] == [(48, "0000:3b:00")]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from healthcheck.kernellog import cursor as cursor_module
-from healthcheck.kernellog import sources
+from healthcheck.kernellog import readers
 from healthcheck.kernellog.api import KernelLogError, read_new_events
 from healthcheck.sim.node import SimNode
 
@@ -152,9 +152,9 @@ def kmsg_record(seq: int, text: str, usec: int = 5_000_000) -> str:
 
 def test_kmsg_sequence_numbers_are_the_cursor(tmp_path, monkeypatch):
     fake = tmp_path / "kmsg"
-    monkeypatch.setattr(sources, "KMSG", str(fake))
-    monkeypatch.setattr(sources, "boot_id", lambda: "boot-1")
-    monkeypatch.setattr(sources, "boot_time", lambda: 1_700_000_000.0)
+    monkeypatch.setattr(readers, "KMSG", str(fake))
+    monkeypatch.setattr(readers, "boot_id", lambda: "boot-1")
+    monkeypatch.setattr(readers, "boot_time", lambda: 1_700_000_000.0)
     write(fake, kmsg_record(1, "NVRM: loading") + kmsg_record(2, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."))
     state = str(tmp_path / "state")
     first = read_and_commit("kmsg", state, "gpu1", now=NOW)
@@ -164,7 +164,7 @@ def test_kmsg_sequence_numbers_are_the_cursor(tmp_path, monkeypatch):
     write(fake, kmsg_record(3, "NVRM: Xid (PCI:0000:3b:00): 48, DBE"))
     second = read_and_commit("kmsg", state, "gpu1", now=NOW + 1)
     assert [event.code for event in second.events] == [48] and second.rescan is None
-    monkeypatch.setattr(sources, "boot_id", lambda: "boot-2")
+    monkeypatch.setattr(readers, "boot_id", lambda: "boot-2")
     after_reboot = read_and_commit("kmsg", state, "gpu1", now=NOW + 2)
     assert after_reboot.rescan == "the node rebooted"
 
@@ -207,7 +207,7 @@ def fake_journal(tmp_path, monkeypatch):
     script = tmp_path / "journalctl"
     script.write_text(FAKE_JOURNALCTL.format(python=sys.executable, log=str(calls)))
     script.chmod(0o755)
-    monkeypatch.setattr(sources, "JOURNALCTL_PATHS", (str(script),))
+    monkeypatch.setattr(readers, "JOURNALCTL_PATHS", (str(script),))
     return calls
 
 
@@ -243,8 +243,8 @@ def test_unreadable_sources_are_one_line_errors(tmp_path, monkeypatch):
         read_and_commit(str(tmp_path / "missing"), str(tmp_path / "state"), "gpu1", now=NOW)
     with pytest.raises(KernelLogError, match="not a regular file"):
         read_and_commit(str(tmp_path), str(tmp_path / "state"), "gpu1", now=NOW)
-    monkeypatch.setattr(sources, "JOURNALCTL_PATHS", ())
-    monkeypatch.setattr(sources.shutil, "which", lambda name: None)
+    monkeypatch.setattr(readers, "JOURNALCTL_PATHS", ())
+    monkeypatch.setattr(readers.shutil, "which", lambda name: None)
     with pytest.raises(KernelLogError, match="journalctl not found"):
         read_and_commit("journal", str(tmp_path / "state"), "gpu1", now=NOW)
 
@@ -339,7 +339,7 @@ def test_a_reader_at_the_end_of_an_unchanged_file_is_told_so_and_nothing_else_is
 
 def test_a_hook_read_of_an_unchanged_log_neither_loads_the_reader_nor_misses_what_comes_next(tmp_path, monkeypatch):
     from healthcheck.config import Config
-    from healthcheck.probes.kernel_log import probe_kernel_log
+    from healthcheck.probes.xid_events import probe_kernel_log
 
     config = Config.load(None, {})
     log = tmp_path / "kern.log"

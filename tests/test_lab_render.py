@@ -108,7 +108,7 @@ def test_lab_dir_with_spaces_is_refused():
 
 def test_hooks_config_is_valid_and_binds_each_node_to_a_profile():
     text = render.hooks_config(LAB, options())
-    from healthcheck import tomlio
+    from healthcheck.safeio import tomlio
 
     doc = tomlio.loads(text)
     config = Config.from_document(doc, os.path.join(LAB.etc, "slurm-gpu-hooks.toml"))

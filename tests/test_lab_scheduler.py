@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
-from slurm_hooks.lab.scenarios.report import JobResult
+from slurm_hooks.lab.scenarios.results import JobResult
 from slurm_hooks.lab.scenarios.scheduler import (NodeHold, conflicts, fits, no_holds, release, run_table,
                                                  startable, take)
 from slurm_hooks.lab.scenarios.table import Scenario

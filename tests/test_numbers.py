@@ -8,8 +8,8 @@ import os
 import pytest
 
 from healthcheck.config import Config, ConfigError
-from healthcheck.growth import growth
-from healthcheck.history import CounterHistory
+from healthcheck.counters.growth_rate import growth
+from healthcheck.counters.history import CounterHistory
 from healthcheck.sim.profile import ProfileError, load_profile
 
 from .conftest import run_cli

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from healthcheck.checks.dcgm import dcgm_diag
-from healthcheck.probes.dcgm import parse_diag, probe_dcgm
+from healthcheck.probes.dcgm_diag import parse_diag, probe_dcgm
 
 from .checks_support import default_input
 

@@ -173,6 +173,6 @@ def test_a_counter_too_big_for_a_float_does_not_break_the_commit(tmp_path):
     report = run_checks(cfg, "n1", "health", sources=sources)
     problems = report.commit()
     assert all(p.check in ("probe.error", "check.error") for p in problems)
-    from healthcheck.history import CounterHistory
+    from healthcheck.counters.history import CounterHistory
 
     assert isinstance(CounterHistory(str(state), "n1").load(), dict)   # still readable afterwards

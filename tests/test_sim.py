@@ -10,7 +10,7 @@ import os
 import pynvml
 import pytest
 
-from healthcheck.sim import nvml as sim_nvml
+from healthcheck.sim import sim_pynvml as sim_nvml
 from healthcheck.sim.node import SimNode
 from healthcheck.sim.profile import ProfileError, load_profile, parse_assignment
 from healthcheck.sources import sim_sources
@@ -201,7 +201,7 @@ def test_a_fault_on_one_gpu_stays_on_that_gpu(tmp_path):
 def test_the_simulated_driver_reads_the_completed_rendition_only_while_it_matches_the_live_file(tmp_path):
     """Each nvmlInit reads the rendition SimNode writes with the live profile; a live file
     changed any other way (an admin's editor) is parsed again, never served stale."""
-    from healthcheck import tomlio
+    from healthcheck.safeio import tomlio
     from healthcheck.sim.profile import complete, completed_path, load_live
 
     node = SimNode(str(tmp_path), "gpu1", os.path.join(SIM_PROFILES, "h100-healthy.toml"))

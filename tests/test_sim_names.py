@@ -8,7 +8,7 @@ import os
 import pytest
 
 from healthcheck.config import Config, ConfigError
-from healthcheck.fsutil import name_problem, path_component
+from healthcheck.safeio.fsutil import name_problem, path_component
 from healthcheck.sim.node import SimNode
 from healthcheck.sim.profile import ProfileError, load_profile
 

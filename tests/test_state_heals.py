@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from healthcheck.history import CounterHistory
+from healthcheck.counters.history import CounterHistory
 from healthcheck.kernellog.api import read_new_events
 from healthcheck.runner import run_checks
 

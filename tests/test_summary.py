@@ -14,7 +14,7 @@ from healthcheck.records import admin_comment
 from tests.conftest import run_cli
 from slurm_hooks.summary import accounting, drains
 from slurm_hooks.summary.accounting import SACCT_FIELDS, SACCT_FORMAT, AccountingError, read_rows
-from slurm_hooks.summary.classify import SOURCE_ACCOUNTING, SOURCE_HOOKS, classify, quick_cause
+from slurm_hooks.summary.verdict import SOURCE_ACCOUNTING, SOURCE_HOOKS, classify, quick_cause
 from slurm_hooks.summary.offenders import OffenderRules, poisson_tail, rank_nodes
 from slurm_hooks.summary.report import build
 from slurm_hooks.summary.tally import Filters, NodeTally, Tally, gpus_of
@@ -553,7 +553,7 @@ def test_a_node_hardware_entry_beats_the_job_level_entry_as_the_epilog_decides()
     GPU_LOST on gpu2 is a GPU_LOST job (records.classify.job_class), in either stored form."""
     from healthcheck.records import admin_comment
     from healthcheck.records.classify import job_class
-    from slurm_hooks.summary.classify import classify
+    from slurm_hooks.summary.verdict import classify
 
     entries = [{"node": "*", "class": "FAILED", "exit": 1},
                {"node": "gpu2", "class": "GPU_XID", "gpu": 1, "xid": 48},

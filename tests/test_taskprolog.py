@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from healthcheck.facts import IbPortFacts
-from healthcheck.nccl_env import MARK, Plan, chosen_ports, derive, digest, gid_index, plan, task_gpus, usable_ports
+from healthcheck.taskenv.nccl_env import MARK, Plan, chosen_ports, derive, digest, gid_index, plan, task_gpus, usable_ports
 from healthcheck.sim.node import SimNode
-from healthcheck.topology import GpuPlace, HcaPlace, PciPlace, closest, gpu_places, hca_places, parse_minor
+from healthcheck.taskenv.topology import GpuPlace, HcaPlace, PciPlace, closest, gpu_places, hca_places, parse_minor
 
 from .conftest import SIM_PROFILES
 

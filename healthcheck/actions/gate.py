@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from ..findings import Finding
 from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, resume_argv
-from ..watchdog import note
+from ..hooklib.watchdog import note
 from .decision import Decision, decide
 
 # One name for "Slurm could not answer", whether the node query or the drain budget's query.
@@ -60,7 +60,7 @@ class Request:
     node: str
     by: str                                        # healthcheck | prolog | epilog | cli
     findings: Tuple[Finding, ...] = ()
-    causes: Optional[Tuple[Any, ...]] = None       # health.tally.Cause, confirmed; None: every drain finding's
+    causes: Optional[Tuple[Any, ...]] = None       # health.streaks.Cause, confirmed; None: every drain finding's
     pending: bool = False                          # drain findings still waiting for confirmation
     unseen: bool = False                           # a probe did not answer (findings.unseen)
     boot_id: str = "unknown"                       # the running boot (``read_boot_id``)
@@ -125,7 +125,7 @@ def apply(backend: SlurmBackend, decision: Decision, dry_run: bool = False) -> A
     if dry_run:
         return Applied(decision, argv, done=False, dry_run=True)
     # Said before the call: a watchdog that fires while scontrol runs cannot know whether Slurm
-    # took the change, and the hook's exit must assume it did (healthcheck.watchdog).
+    # took the change, and the hook's exit must assume it did (healthcheck.hooklib.watchdog).
     note(decision.kind, "applying")
     try:
         EDGES[decision.kind](backend, decision)
@@ -168,10 +168,10 @@ def drain_policy(policy, record):
 
 
 def causes_for(request: Request, policy) -> List[Any]:
-    """The request's drain causes (``health.tally.Cause``: reason, finding, resume mode)."""
+    """The request's drain causes (``health.streaks.Cause``: reason, finding, resume mode)."""
     if request.causes is not None:
         return list(request.causes)
-    from ..health.tally import causes_of
+    from ..health.streaks import causes_of
 
     return causes_of(request.findings, policy)
 

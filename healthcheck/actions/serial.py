@@ -14,7 +14,7 @@ import contextlib
 import os
 from typing import Iterator, Optional
 
-from .. import fsutil
+from ..safeio import fsutil
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from ..findings import Finding
-from ..growth import growth
+from ..counters.growth_rate import growth
 from .base import CheckInput, gpu_key
 
 

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..facts import IB_COUNTER_BITS, IB_COUNTERS
 from ..findings import Finding
-from ..growth import growth
+from ..counters.growth_rate import growth
 from .base import CheckInput
 
 

@@ -5,7 +5,7 @@ from typing import Dict, List, Tuple
 
 from ..facts import NVLINK_COUNTERS
 from ..findings import Finding
-from ..growth import growth
+from ..counters.growth_rate import growth
 from .base import CheckInput, gpu_key, join_numbers
 
 # Counter -> the threshold its growth is held to. CRC errors on flits and on data are one

@@ -11,8 +11,8 @@ import sys
 from typing import List, Optional
 
 from ..findings import STATUSES
-from ..fsutil import append_line, atomic_write, ensure_dir, path_component
-from ..hookruns import rotate_if_full
+from ..safeio.fsutil import append_line, atomic_write, ensure_dir, path_component
+from ..hooklib.runlog import rotate_if_full
 from .state import health_dir
 
 EVIDENCE_MAX_BYTES = 1 << 20

@@ -22,7 +22,7 @@ from ..slurm.backend import SlurmBackend
 from ..sources import NodeSources
 from . import state as node_state
 from .policy import HealthPolicy
-from .tally import Tally, causes_of, tally
+from .streaks import Tally, causes_of, tally
 
 TIER = "health"
 CONSUMER = "hook"

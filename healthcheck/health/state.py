@@ -10,7 +10,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ..fsutil import atomic_write, path_component, read_state_json
+from ..safeio.fsutil import atomic_write, path_component, read_state_json
 
 VERSION = 1
 

@@ -2,8 +2,8 @@
 
 One module per concern: ``parser`` (a line -> an event), ``timestamps`` (line prefixes),
 ``pci`` (addresses -> GPU index/UUID), ``catalog`` (NVIDIA's catalog -> our action),
-``scanner`` (finding candidate lines at grep speed), ``sources`` (kmsg, journal, files),
-``cursor`` (state between runs), ``flood`` (repeats and escalation), ``findings`` (events ->
+``scanner`` (finding candidate lines at grep speed), ``readers`` (kmsg, journal, files),
+``cursor`` (state between runs), ``flood`` (repeats and escalation), ``event_findings`` (events ->
 Findings) and ``api`` (what the health check, the epilog and the CLI call). See
 docs/kernel-log.md.
 
@@ -16,7 +16,7 @@ from typing import Any
 
 _EXPORTS = {
     "read_new_events": "api", "events_between": "api", "scan_events": "api", "KernelLogRead": "api",
-    "XidSettings": "api", "KernelLogError": "sources", "XidEvent": "events", "xid_findings": "findings",
+    "XidSettings": "api", "KernelLogError": "readers", "XidEvent": "events", "xid_findings": "event_findings",
     "XidCatalog": "catalog", "parse_line": "parser",
 }
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
 
-from . import sources
+from . import readers
 from .catalog import XidCatalog
 from .cursor import StateStore
 from .events import XidEvent
@@ -27,7 +27,7 @@ from .parser import (NEEDLES, Companion, LostIntro, LostTail, lost_gpu_event, me
                      prefix_is_kernel, record_stamp, whole_driver_line)
 from .pci import GpuMap
 from .scanner import LineScanner, ScanStats
-from .sources import KernelLogError
+from .readers import KernelLogError
 from .timestamps import PrefixClock, boot_time
 
 __all__ = ["KernelLogError", "KernelLogRead", "PendingState", "XidSettings", "events_between",
@@ -264,11 +264,11 @@ def read_new_events(kernel_log: str, state_dir: str, node: str, *, config: Any =
     settings = XidSettings.from_config(config)
     now = time.time() if now is None else now
     booted = boot_time() if booted is None else booted
-    source = sources.resolve(kernel_log)
+    source = readers.resolve(kernel_log)
     kind = _source_kind(source)
     if kind == "-":
         raise KernelLogError("stdin cannot be read incrementally")
-    identity = sources.KMSG if kind == "kmsg" else "journal" if kind == "journal" else os.path.abspath(source)
+    identity = readers.KMSG if kind == "kmsg" else "journal" if kind == "journal" else os.path.abspath(source)
     store = StateStore(state_dir, node)
     try:
         return _read_new_events(store, kind, identity, settings, gpus, now, booted)
@@ -288,14 +288,14 @@ def _read_new_events(store: StateStore, kind: str, identity: str, settings: XidS
         collector = _Collector(XidCatalog(settings.overrides), gpu_map, tracker, default_time=now, count_lines=True,
                                resumable=True)
         cursor = store.load_cursor(kind, identity)
-        budget = sources.Budget(settings.read_budget_bytes, settings.read_budget_s)
+        budget = readers.Budget(settings.read_budget_bytes, settings.read_budget_s)
         if kind == "kmsg":
-            result = sources.read_kmsg(sources.KMSG, cursor, collector.scanner, budget)
+            result = readers.read_kmsg(readers.KMSG, cursor, collector.scanner, budget)
         elif kind == "journal":
-            result = sources.read_journal(cursor, settings.rescan_bytes, settings.source_timeout_s, collector.scanner,
+            result = readers.read_journal(cursor, settings.rescan_bytes, settings.source_timeout_s, collector.scanner,
                                           budget)
         else:
-            result = sources.read_file_incremental(identity, cursor, settings.rescan_bytes, collector.scanner, budget)
+            result = readers.read_file_incremental(identity, cursor, settings.rescan_bytes, collector.scanner, budget)
         flood_state = tracker.state(now)
         flood_state["uuids"] = dict(list(gpu_map.learned.items())[:4096])
     everything = tracker.events()
@@ -327,18 +327,18 @@ def scan_events(kernel_log: str, since: Optional[float] = None, until: Optional[
     are left out when ``since`` or ``until`` is given: they cannot be placed in the window.
     """
     settings = XidSettings.from_config(config)
-    source = kernel_log if kernel_log == "-" else sources.resolve(kernel_log)
+    source = kernel_log if kernel_log == "-" else readers.resolve(kernel_log)
     kind = _source_kind(source)
     tracker = FloodTracker(settings.flood_window_s, settings.escalate)
     collector = _Collector(XidCatalog(settings.overrides), GpuMap(gpus), tracker, since=since, until=until)
     if kind == "-":
-        sources.read_stream_all(stream if stream is not None else sources.stdin_binary(), collector.scanner)
+        readers.read_stream_all(stream if stream is not None else readers.stdin_binary(), collector.scanner)
     elif kind == "kmsg":
-        sources.read_kmsg(sources.KMSG, None, collector.scanner)
+        readers.read_kmsg(readers.KMSG, None, collector.scanner)
     elif kind == "journal":
-        sources.read_journal_between(since, until, settings.source_timeout_s, collector.scanner)
+        readers.read_journal_between(since, until, settings.source_timeout_s, collector.scanner)
     else:
-        sources.read_file_all(source, collector.scanner, since=since)
+        readers.read_file_all(source, collector.scanner, since=since)
     events = tracker.events()
     for event in events:
         collector.gpu_map.annotate(event)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
-from .. import datafiles
+from ..safeio import datafiles
 from .events import XID_ACTIONS, XidEvent, stronger
 
 UNKNOWN_BUCKET = "UNKNOWN"

@@ -26,10 +26,10 @@ import os
 import stat
 from typing import Any, Dict, Iterator, Optional
 
-from ..digest import sha256
-from ..fsutil import atomic_write, ensure_dir, ensure_state_dir, locked, path_component
-from ..fsutil import read_state_json as read_json
-from ..shapes import field_problem, is_int, is_str, optional
+from ..safeio.sha256 import sha256
+from ..safeio.fsutil import atomic_write, ensure_dir, ensure_state_dir, locked, path_component
+from ..safeio.fsutil import read_state_json as read_json
+from ..safeio.jsontypes import field_problem, is_int, is_str, optional
 
 
 _NON_NEGATIVE = lambda value: is_int(value) and value >= 0   # noqa: E731

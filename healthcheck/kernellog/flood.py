@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from ..shapes import field_problem, is_int, is_number, is_str, optional
+from ..safeio.jsontypes import field_problem, is_int, is_number, is_str, optional
 from .catalog import override_key
 from .events import KINDS, XidEvent, stronger
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from ..datafiles import read_text
+from ..safeio.datafiles import read_text
 
 
 FINDINGS = ("none", "evidence", "drain")

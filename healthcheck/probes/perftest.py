@@ -3,7 +3,7 @@
 Each ACTIVE port writes to the next one (a ring; a node with one port writes to itself): a
 server on the next port, a client on this one connecting over 127.0.0.1 to exchange queue
 pairs, then RDMA writes for ``[perftest] duration_s`` through the fabric. All pairs run
-together, each on its own TCP port, every program through ``bounded.run`` under
+together, each on its own TCP port, every program through ``programs.run`` under
 ``[perftest] timeout_s``. perftest not installed -> status "unsupported", never a failure.
 
 perftest prints one table row per message size under the header
@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import bounded
+from ..safeio import programs
 from ..facts import IbBandwidthFacts, IbBandwidthResult, IbPortFacts
 
 # Hooks and `slurm-gpu check` may run without PATH; these are where perftest packages put it.
@@ -138,8 +138,8 @@ def probe_ib_bandwidth(ports: Sequence[IbPortFacts], settings: Mapping[str, Any]
 
     def run(key: int, argv: List[str]) -> None:
         try:
-            outcome[key] = ("done", bounded.run(argv, timeout_s))
-        except bounded.CommandError as exc:
+            outcome[key] = ("done", programs.run(argv, timeout_s))
+        except programs.CommandError as exc:
             outcome[key] = ("timeout" if exc.timed_out else "error", str(exc))
 
     servers = [threading.Thread(target=run, args=(2 * i, s), daemon=True) for i, (_, s, _) in enumerate(runs)]

@@ -19,7 +19,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .. import datafiles
+from ..safeio import datafiles
 
 SIGNATURES_FILE = "gpu-oom-signatures.tsv"
 LINE_SHOWN = 200

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
-from .. import fsutil
+from ..safeio import fsutil
 from . import admin_comment
 from . import store
 from .store import JOB_LEVEL, job_id_ok

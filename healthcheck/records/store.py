@@ -17,7 +17,7 @@ import re
 import stat
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from .. import fsutil
+from ..safeio import fsutil
 
 JOBS_DIR = "jobs"
 RECENT_DIR = "recent"

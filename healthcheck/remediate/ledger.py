@@ -18,8 +18,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
-from ..fsutil import atomic_write, locked, path_component, read_state_json
-from ..shapes import field_problem, is_number, is_str
+from ..safeio.fsutil import atomic_write, locked, path_component, read_state_json
+from ..safeio.jsontypes import field_problem, is_number, is_str
 
 VERSION = 1
 # Episodes kept per signature, and signatures per node: the file stays small whatever happens.

@@ -13,7 +13,7 @@ Layout under ``<state_dir>/sim/<node>/``::
     kern.log              the kernel log (``--log`` lines are appended, never rewritten)
     boot_id               the node's boot id (``/proc/sys/kernel/random/boot_id``); ``sim reboot``
                           and ``sim reset`` (a reboot into mended hardware) change it
-    bin/ib_write_bw       perftest's stand-in (``[node] perftest = true``; healthcheck/sim/perftest.py)
+    bin/ib_write_bw       perftest's stand-in (``[node] perftest = true``; healthcheck/sim/sim_ib_write_bw.py)
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import shutil
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .. import tomlio
+from ..safeio import tomlio
 from ..facts import IB_COUNTER_BITS
-from ..fsutil import append_line, atomic_write, ensure_dir, ensure_state_dir, locked, path_component
+from ..safeio.fsutil import append_line, atomic_write, ensure_dir, ensure_state_dir, locked, path_component
 from . import profile as profiles
 
 
@@ -174,7 +174,7 @@ def render_programs(profile: Dict[str, Any], programs_dir: str, live_path: str) 
         return
     launcher = (f"#!{sys.executable}\n"
                 "import sys\n"
-                "from healthcheck.sim.perftest import main\n"
+                "from healthcheck.sim.sim_ib_write_bw import main\n"
                 f"sys.exit(main(sys.argv[1:], {live_path!r}))\n")
     atomic_write(path, launcher, mode=0o755)
 

@@ -6,9 +6,9 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import datafiles, tomlio
+from ..safeio import datafiles, tomlio
 from ..facts import GPU_RECOVERY_ACTIONS, NVML_UNSUPPORTED_NAMES
-from ..fsutil import name_problem
+from ..safeio.fsutil import name_problem
 from ..schema import Field, Problem, merge, validate
 
 # NVML's counters are unsigned long long; a value past that is no reading a driver gives.
@@ -161,7 +161,7 @@ def completed_path(live_path: str) -> str:
 
 
 def _made_from(live_bytes: bytes) -> str:
-    from ..digest import sha256
+    from ..safeio.sha256 import sha256
 
     return sha256(live_bytes + b"\0" + datafiles.read_text("sim-defaults.toml").encode("utf-8")).hexdigest()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional
 
-from .. import datafiles
+from ..safeio import datafiles
 
 SUFFIX = ".toml"
 

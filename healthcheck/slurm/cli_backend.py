@@ -9,7 +9,7 @@ import os
 import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import bounded
+from ..safeio import programs
 from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, local_epoch, one_node, resume_argv
 
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
@@ -150,11 +150,11 @@ class CliBackend:
     def run(self, name: str, args: Sequence[str], timeout_s: Optional[float] = None) -> str:
         command = [self.binary(name), *args]
         try:
-            done = bounded.run(command, timeout_s or self.timeout_s, env=self.env, cwd="/")
-        except bounded.CommandError as exc:
+            done = programs.run(command, timeout_s or self.timeout_s, env=self.env, cwd="/")
+        except programs.CommandError as exc:
             raise SlurmError(str(exc)) from None
         if done.returncode != 0:
-            raise SlurmError(f"{bounded.describe(command)}: {done.last_line()}")
+            raise SlurmError(f"{programs.describe(command)}: {done.last_line()}")
         return done.stdout
 
     # -- nodes -----------------------------------------------------------------------------

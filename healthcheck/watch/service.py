@@ -3,7 +3,7 @@ soon as the kernel log says a GPU broke, instead of at the next HealthCheckInter
 
 It follows the node's kernel log with the kernel-log reader (``kernellog.api.read_new_events``,
 its own reader ``<node>.watch``: the same sources, forgery rules, flood folding and read
-budget as the hooks) and judges what is new with ``kernellog.findings.xid_findings``, the code
+budget as the hooks) and judges what is new with ``kernellog.event_findings.xid_findings``, the code
 the health check judges with. When a finding asks for a drain (and, where the driver offers
 NVML events, on an Xid event), it starts the HealthCheckProgram itself, as slurmd does (no
 environment but ``SLURMD_NODENAME``), so the run takes the same lock, decision, drain budget
@@ -150,12 +150,12 @@ class TimedWake:
 
 
 def make_wake(kernel_log: str):
-    from ..kernellog import sources
+    from ..kernellog import readers
 
-    source = sources.resolve(kernel_log)
+    source = readers.resolve(kernel_log)
     if source == "kmsg":
         try:
-            return KmsgWake(sources.KMSG)
+            return KmsgWake(readers.KMSG)
         except OSError:
             return TimedWake()
     if source == "journal":
@@ -228,7 +228,7 @@ class Watcher:
         """Read what is new, judge it, commit; request a run for a new drain-asking finding.
         Returns the findings that asked for a run."""
         from ..kernellog.api import read_new_events
-        from ..kernellog.findings import xid_findings
+        from ..kernellog.event_findings import xid_findings
         from ..kernellog.xid_actions import action_rank
 
         self._check_boot()
@@ -269,7 +269,7 @@ class Watcher:
             return
         from ..kernellog.catalog import XidCatalog
         from ..kernellog.events import XidEvent
-        from ..kernellog.findings import xid_findings
+        from ..kernellog.event_findings import xid_findings
         from ..kernellog.xid_actions import action_rank
 
         overrides = dict(self.config.section("xid").get("actions", {})) if self.config is not None else {}
@@ -424,7 +424,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         node = node_name(args.node, os.environ)
-        from ..fsutil import path_component
+        from ..safeio.fsutil import path_component
 
         path_component(node)
     except ValueError as exc:
@@ -450,7 +450,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if args.pidfile:
-        from ..fsutil import atomic_write
+        from ..safeio.fsutil import atomic_write
 
         atomic_write(args.pidfile, f"{os.getpid()}\n", mode=0o644)
     halt = threading.Event()

@@ -13,7 +13,7 @@ import click
 
 from healthcheck.config import TIERS, Config, ConfigError, node_name
 from healthcheck.findings import EXIT_CODES
-from healthcheck.fsutil import run_temp_dir
+from healthcheck.safeio.fsutil import run_temp_dir
 
 from .common import config_option
 

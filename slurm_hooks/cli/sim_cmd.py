@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 
 import click
 
-from healthcheck import tomlio
+from healthcheck.safeio import tomlio
 from healthcheck.config import DEFAULT_CONFIG_PATH
 from healthcheck.sim.node import SimNode
 from healthcheck.sim.profile import ProfileError, parse_assignment

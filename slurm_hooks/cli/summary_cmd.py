@@ -165,7 +165,7 @@ def summary(config_path, since_text, until_text, users, accounts, partitions, no
 def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, job_ids, input_path, sinfo_path,
          events_path, mode, csv_table, per_job, html_path, top_nodes, workers=None) -> None:
     from slurm_hooks.summary import drains as drains_mod
-    from healthcheck import bounded
+    from healthcheck.safeio import programs
     from healthcheck.slurm import SlurmError
     from slurm_hooks.summary.accounting import (LIVE_DELIMITER, AccountingError, LineCap, LineFeed,
                                                 impossible_problem, read_rows, sacct_arguments)
@@ -203,9 +203,9 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
             feed = LineFeed(lambda lines: tally.add(read_rows(lines, problems, LIVE_DELIMITER)), cap)
             argv = [sacct] + sacct_arguments(since_iso, until_iso, users, accounts, partitions, nodes, job_ids)
             try:
-                code, errors = bounded.stream(argv, float(cfg.section("summary").get("sacct_timeout_s", 600)),
+                code, errors = programs.stream(argv, float(cfg.section("summary").get("sacct_timeout_s", 600)),
                                               feed.feed, env=backend.env)
-            except bounded.CommandError as exc:
+            except programs.CommandError as exc:
                 fail(terminal_safe(f"summary: {exc}"), EXIT_UNREADABLE)
             feed.close()
             if code != 0:

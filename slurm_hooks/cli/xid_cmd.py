@@ -102,7 +102,7 @@ def scan(config_path: Optional[str], node: Optional[str], path: Optional[str], s
     Example: slurm-gpu xid scan /var/log/kern.log --since 2h
     """
     from healthcheck.kernellog.api import scan_events
-    from healthcheck.kernellog.sources import KernelLogError
+    from healthcheck.kernellog.readers import KernelLogError
 
     try:
         since = parse_time(since_text) if since_text else None
@@ -154,7 +154,7 @@ def explain(config_path: Optional[str], code: str) -> None:
     """
     from healthcheck.kernellog.api import XidSettings
     from healthcheck.kernellog.catalog import XidCatalog, override_key
-    from healthcheck.kernellog.findings import ACTION_TEXT
+    from healthcheck.kernellog.event_findings import ACTION_TEXT
 
     match = _CODE.fullmatch(code.strip())
     if not match:
@@ -182,7 +182,7 @@ def explain(config_path: Optional[str], code: str) -> None:
 
 
 def _explain_xid(catalog, code: int) -> List[str]:
-    from healthcheck.kernellog.findings import ACTION_TEXT
+    from healthcheck.kernellog.event_findings import ACTION_TEXT
 
     entry = catalog.entry(code)
     action, why = catalog.catalog_action(code)

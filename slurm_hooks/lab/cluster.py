@@ -21,7 +21,7 @@ from . import render
 from . import watchers
 from .install import binary, ensure_packages
 from .paths import LabPaths
-from .runner import run, slurm_env
+from .commands import run, slurm_env
 
 Say = Callable[[str], None]
 
@@ -79,7 +79,7 @@ def make_fake_gpus(lab: LabPaths) -> None:
 
 
 def write_if_changed(path: str, text: str, mode: int) -> bool:
-    from healthcheck.fsutil import atomic_write
+    from healthcheck.safeio.fsutil import atomic_write
 
     if os.path.lexists(path):
         if os.path.islink(path):
@@ -176,7 +176,7 @@ def make_say(lab: LabPaths, echo: Callable[[str], None]) -> Say:
         echo(message)
         try:
             if os.path.isdir(lab.log):
-                from healthcheck.fsutil import append_line
+                from healthcheck.safeio.fsutil import append_line
 
                 append_line(lab.lab_log, time.strftime("%Y-%m-%dT%H:%M:%S ") + message)
         except OSError:

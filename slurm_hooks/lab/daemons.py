@@ -19,7 +19,7 @@ from . import LabError
 from . import paths as P
 from .install import binary
 from .paths import LabPaths
-from .runner import clean_env, run, slurm_env
+from .commands import clean_env, run, slurm_env
 
 Say = Callable[[str], None]
 

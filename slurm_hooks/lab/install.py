@@ -6,7 +6,7 @@ import shutil
 from typing import Callable, List
 
 from . import LabError
-from .runner import clean_env, last_line, run
+from .commands import clean_env, last_line, run
 
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server")
 

@@ -9,7 +9,7 @@ from healthcheck.slurm.cli_backend import parse_scontrol_record as parse_oneline
 from . import LabError
 from .install import binary
 from .paths import LabPaths
-from .runner import run, slurm_env
+from .commands import run, slurm_env
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
                 "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")

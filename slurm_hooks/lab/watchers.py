@@ -16,7 +16,7 @@ from . import LabError
 from . import daemons as D
 from . import paths as P
 from .paths import LabPaths
-from .runner import slurm_env
+from .commands import slurm_env
 
 Say = Callable[[str], None]
 SCRIPT = "slurm-gpu-watch"

@@ -182,7 +182,7 @@ def read_rows(lines: Iterable[str], problems: List[str], delimiter: Optional[str
 
 
 class LineFeed:
-    """sacct's output as the runner hands it over (``healthcheck.bounded.stream``: bytes in
+    """sacct's output as the runner hands it over (``healthcheck.safeio.programs.stream``: bytes in
     chunks) -> complete lines -> ``consume``; nothing more than one chunk is held."""
 
     def __init__(self, consume: Callable[[List[str]], None], cap: Optional[LineCap] = None):

@@ -18,8 +18,19 @@ from operator import add, getitem, itemgetter, mul
 from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .accounting import INDEX, MAX_ELAPSED_S, MAX_JOB_GPUS, job_name
-from .classify import (HARDWARE, SIMPLE_HEAD, SOURCE_ACCOUNTING, SOURCE_HOOKS, STORED_HEAD, TAGS, UNFINISHED,
-                       Verdict, classify, quick_cause, state_word)
+from .verdict import (
+    HARDWARE,
+    SIMPLE_HEAD,
+    SOURCE_ACCOUNTING,
+    SOURCE_HOOKS,
+    STORED_HEAD,
+    TAGS,
+    UNFINISHED,
+    Verdict,
+    classify,
+    quick_cause,
+    state_word,
+)
 
 I_JOBID, I_USER, I_ACCOUNT, I_PARTITION = INDEX["JobID"], INDEX["User"], INDEX["Account"], INDEX["Partition"]
 I_STATE, I_START, I_END, I_ELAPSED = INDEX["State"], INDEX["Start"], INDEX["End"], INDEX["ElapsedRaw"]

@@ -14,7 +14,7 @@ from typing import Dict, List
 import pytest
 
 from slurm_hooks.lab.paths import NODES, TESTS_LOCK, LabPaths, lab_dir
-from slurm_hooks.lab.runner import slurm_gpu_argv
+from slurm_hooks.lab.commands import slurm_gpu_argv
 
 UP_TIMEOUT = 900        # includes apt-get install on a fresh machine
 LOCK_WAIT = 1200        # another test session may hold the lab this long

@@ -9,7 +9,7 @@ import pytest
 from healthcheck.actions import Policy, apply, decide
 from healthcheck.findings import Finding
 from healthcheck.slurm.cli_backend import CliBackend
-from slurm_hooks.lab.runner import slurm_env
+from slurm_hooks.lab.commands import slurm_env
 
 pytestmark = pytest.mark.lab
 

@@ -11,7 +11,7 @@ import pytest
 
 from slurm_hooks.lab import daemons as D
 
-from slurm_hooks.lab.runner import slurm_gpu_argv
+from slurm_hooks.lab.commands import slurm_gpu_argv
 
 pytestmark = pytest.mark.lab
 

@@ -12,10 +12,10 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from healthcheck.hookruns import read_runs
+from healthcheck.hooklib.runlog import read_runs
 from healthcheck.slurm.cli_backend import CliBackend
 from slurm_hooks.lab import watchers
-from slurm_hooks.lab.runner import slurm_env
+from slurm_hooks.lab.commands import slurm_env
 
 from .conftest import wait_for as _wait_for
 

@@ -9,7 +9,7 @@ from typing import Dict, List, Set, Tuple
 import hostlist
 import pytest
 
-from healthcheck.hookruns import read_runs
+from healthcheck.hooklib.runlog import read_runs
 
 pytestmark = pytest.mark.lab
 

@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from healthcheck.hookruns import read_runs
+from healthcheck.hooklib.runlog import read_runs
 
 from ..conftest import ROOT
 from .conftest import wait_for

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from slurm_hooks.lab import render
-from slurm_hooks.lab.runner import slurm_gpu_argv
+from slurm_hooks.lab.commands import slurm_gpu_argv
 from slurm_hooks.lab.scenarios import load_table, state_matches
 
 pytestmark = pytest.mark.lab

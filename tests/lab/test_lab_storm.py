@@ -18,7 +18,7 @@ from healthcheck.config import Config
 from healthcheck.records import admin_comment as ac
 from healthcheck.records import store
 from healthcheck.slurm.cli_backend import CliBackend
-from slurm_hooks.lab.runner import slurm_env
+from slurm_hooks.lab.commands import slurm_env
 
 from .conftest import slurm_gpu, wait_for
 

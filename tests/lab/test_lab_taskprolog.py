@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from healthcheck.nccl_env import MARK
+from healthcheck.taskenv.nccl_env import MARK
 
 from .conftest import slurm_gpu
 

@@ -18,7 +18,7 @@ from typing import Callable, List, Sequence
 from .. import LabError
 from .. import paths as P
 from ..paths import LabPaths
-from .report import ADMIN_HINTS, JobResult, format_results, problems_of, recorded_class, state_matches
+from .results import ADMIN_HINTS, JobResult, format_results, problems_of, recorded_class, state_matches
 from .table import KINDS, Scenario, load_table, parse_table
 
 __all__ = ["ADMIN_HINTS", "JobResult", "KINDS", "Scenario", "format_results", "load_table", "parse_table",

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List
 from .. import LabError
 from .. import daemons as D
 from .. import render
-from .report import JobResult, problems_of
+from .results import JobResult, problems_of
 from .session import LabSession
 from .table import Scenario
 

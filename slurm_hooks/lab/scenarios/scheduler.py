@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
-from .report import JobResult
+from .results import JobResult
 from .table import Scenario
 
 

@@ -15,9 +15,9 @@ from .. import daemons as D
 from .. import paths as P
 from .. import render
 from ..paths import LabPaths
-from ..runner import run, slurm_env, slurm_gpu_argv
+from ..commands import run, slurm_env, slurm_gpu_argv
 from ..slurmcli import Slurm, is_final
-from .report import JobResult
+from .results import JobResult
 from .table import Scenario
 
 
@@ -188,7 +188,7 @@ class LabSession:
     def await_class(self, scenario: Scenario, result: JobResult, limit: float = 30) -> None:
         """The hooks deliver AdminComment entries off the epilog's critical path (a detached
         process, about a second after the epilog): wait for the expected class to show."""
-        from .report import recorded_class
+        from .results import recorded_class
 
         want = scenario.expect_class
         if not want or not result.job_id:
@@ -229,7 +229,7 @@ class LabSession:
 
     # -- the journal -------------------------------------------------------------------------------------
     def attach_hooks(self, results: List[JobResult]) -> None:
-        from healthcheck.hookruns import read_runs
+        from healthcheck.hooklib.runlog import read_runs
 
         by_job: Dict[str, set] = {}
         for entry in read_runs(self.config.state_dir):

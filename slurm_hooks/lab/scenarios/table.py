@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Dict, List, Optional, Tuple
 
-from healthcheck import tomlio
+from healthcheck.safeio import tomlio
 from healthcheck.records.classes import CLASSES, UNKNOWN
 from healthcheck.schema import Field, validate
 

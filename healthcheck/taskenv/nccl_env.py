@@ -24,7 +24,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .facts import IbPortFacts
+from ..facts import IbPortFacts
 from .topology import GpuPlace, HcaPlace, closest
 
 ACTIVE = 4

@@ -35,7 +35,7 @@ def _positional(argv: List[str]) -> Optional[str]:
 
 
 def main(argv: List[str], live_profile: str) -> int:
-    from .. import tomlio
+    from ..safeio import tomlio
     from ..probes.ib_sysfs import parse_numbered, parse_rate
 
     hca, port = _option(argv, "-d", "mlx5_0"), int(_option(argv, "-i", "1") or 1)

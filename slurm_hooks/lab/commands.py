@@ -1,4 +1,4 @@
-"""Running commands for the lab through the product's bounded runner (``healthcheck.bounded``:
+"""Running commands for the lab through the product's bounded runner (``healthcheck.safeio.programs``:
 argument lists only, a timeout that kills the whole process group, errors as one line), with
 the lab's clean environment."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import os
 import sys
 from typing import Dict, Mapping, Optional, Sequence
 
-from healthcheck import bounded
-from healthcheck.bounded import Completed
+from healthcheck.safeio import programs
+from healthcheck.safeio.programs import Completed
 
 from . import LabError
 from .paths import LabPaths
@@ -32,9 +32,9 @@ def run(argv: Sequence[str], *, env: Optional[Mapping[str, str]] = None, timeout
         check: bool = True, input: Optional[str] = None, cwd: Optional[str] = None) -> Completed:
     """Run ``argv``; on failure (when ``check``) raise LabError naming the command and its stderr."""
     try:
-        result = bounded.run(argv, timeout, env=env if env is not None else clean_env(), cwd=cwd or "/",
+        result = programs.run(argv, timeout, env=env if env is not None else clean_env(), cwd=cwd or "/",
                              input=input)
-    except bounded.CommandError as exc:
+    except programs.CommandError as exc:
         if not exc.timed_out and "No such file" in str(exc):
             raise LabError(f"{argv[0]}: command not found") from None
         raise LabError(str(exc)) from None

@@ -12,7 +12,7 @@ import os
 import shutil
 from typing import Any, Iterable, List, Optional, Tuple
 
-from .. import bounded
+from ..safeio import programs
 from ..facts import DcgmFacts, DcgmTestResult
 
 # Hooks run with no PATH; these are where the DCGM packages put dcgmi.
@@ -61,8 +61,8 @@ def run_bounded(args: List[str], timeout_s: float) -> Tuple[Optional[int], str, 
     error is then in stderr). The shared runner kills dcgmi and everything it started at the
     deadline."""
     try:
-        done = bounded.run(args, timeout_s)
-    except bounded.CommandError as exc:
+        done = programs.run(args, timeout_s)
+    except programs.CommandError as exc:
         return None, "", ("" if exc.timed_out else str(exc)), exc.timed_out
     return done.returncode, done.stdout, done.stderr, False
 

@@ -1,5 +1,5 @@
 """Counter history between runs: ``<state_dir>/counters/<node>.json``, the state file behind
-the growth checks (the arithmetic is ``healthcheck/growth.py``).
+the growth checks (the arithmetic is ``healthcheck/counters/growth_rate.py``).
 
 ``{"version": 1, "series": {KEY: [[unix_time, value], ...]}}``. Reading and saving are apart:
 the runner loads the series for the checks, and the samples of this run are added only when
@@ -11,9 +11,9 @@ import json
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .fsutil import FILE_MODE, atomic_write, ensure_dir, ensure_state_dir, locked, path_component, read_state_json
-from .growth import Series, add_samples
-from .shapes import is_number
+from ..safeio.fsutil import FILE_MODE, atomic_write, ensure_dir, ensure_state_dir, locked, path_component, read_state_json
+from .growth_rate import Series, add_samples
+from ..safeio.jsontypes import is_number
 
 
 def history_problem(doc: Dict[str, Any]) -> Optional[str]:

@@ -5,10 +5,10 @@ config without ever failing the node over it.
 The four entry points (prolog, epilog, health check, TaskProlog) are compositions of it::
 
     def main(argv=None):
-        from healthcheck.shortlived import short_process
+        from healthcheck.hooklib.nogc import short_process
 
         with short_process():          # the collector off before any import: one short process
-            from healthcheck.hookenv import serve
+            from healthcheck.hooklib.skeleton import serve
 
             return serve("prolog", argv, _body, doc=__doc__, example=..., start=_start,
                          deadline=("prolog", "deadline_s"), on_watchdog=_stopped, on_error=_broken)
@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .config import Config, ConfigError
+from ..config import Config, ConfigError
 
 
 @dataclass
@@ -50,7 +50,7 @@ def start(name: str, env: Mapping[str, str] = os.environ, hook: Optional[str] = 
     """The usual start of a hook: its config (the default one not usable: exit 0, one line; an
     explicit ``config_path`` a person gave that is not usable: one line, exit 2), its node (``node``,
     else ``SLURMD_NODENAME``) and job; ``journal``: fields every journal line of the run carries."""
-    from .config import node_name
+    from ..config import node_name
 
     if config_path is not None:
         try:
@@ -120,10 +120,10 @@ def run_hook(hook: str, body: Callable[[], int]) -> int:
     the job not failed over it (fail open). Only ``SystemExit``, a hook deciding its own status,
     passes through.
 
-    The body runs as one short process (``healthcheck.shortlived``: no cyclic garbage
+    The body runs as one short process (``healthcheck.hooklib.nogc``: no cyclic garbage
     collection, the heap frozen at exit); the hooks' ``main`` enters that before its imports.
     """
-    from .shortlived import short_process
+    from .nogc import short_process
 
     with short_process():
         return _run_failing_open(hook, body)
@@ -188,7 +188,7 @@ def load_config_or_none(env: Mapping[str, str] = os.environ, hook: str = "hook")
 
 def journal(config: Config, hook: str, node: str, job_id: Optional[str], **detail: Any) -> None:
     """Record that a hook ran; a journal that cannot be written is said once, never fatal."""
-    from .hookruns import record_run
+    from .runlog import record_run
 
     try:
         record_run(config.state_dir, hook, node, job_id, **detail)

@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
-from .fsutil import append_line, ensure_dir, ensure_state_dir, locked, open_state_file, path_component
+from ..safeio.fsutil import append_line, ensure_dir, ensure_state_dir, locked, open_state_file, path_component
 
 JOURNAL_DIR = "hook-runs"
 ROTATED = ".1"

@@ -93,7 +93,7 @@ def kill_children() -> None:
             if pid in _detached:
                 continue
             try:
-                if os.getpgid(pid) == pid:        # a command started in its own session (bounded.run)
+                if os.getpgid(pid) == pid:        # a command started in its own session (programs.run)
                     os.killpg(pid, signal.SIGKILL)
                 else:
                     os.kill(pid, signal.SIGKILL)

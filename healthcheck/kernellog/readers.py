@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .. import bounded
+from ..safeio import programs
 from .cursor import boot_id, file_marks, marks_match
 from .scanner import CHUNK, LineScanner
 from .timestamps import PrefixClock, boot_time
@@ -449,8 +449,8 @@ def _run_streaming(argv: List[str], timeout: float, on_chunk: Callable[[bytes], 
     """Run argv (no shell), streaming stdout to on_chunk; kill it at the deadline."""
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
     try:
-        return bounded.stream(argv, timeout, on_chunk, env=env)
-    except bounded.CommandError as exc:
+        return programs.stream(argv, timeout, on_chunk, env=env)
+    except programs.CommandError as exc:
         raise KernelLogError(str(exc)) from None
 
 

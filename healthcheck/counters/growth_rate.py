@@ -3,7 +3,7 @@
 A counter's total says little (an old GPU has old errors); how fast it grows says whether the
 part is failing now. A series is ``[[unix_time, value], ...]``, oldest first; a key seen for
 the first time is a baseline and raises nothing. Checks import this module; the state file
-that keeps the series between runs is ``healthcheck/history.py``.
+that keeps the series between runs is ``healthcheck/counters/history.py``.
 
 Series stay small: runs of an unchanged value keep only their two ends (a counter that is 0
 all day is two samples), samples closer than 1/16 of the window are thinned, and samples

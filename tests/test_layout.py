@@ -1,0 +1,40 @@
+"""The source layout shows the architecture: few loose modules at ``healthcheck/``'s top level,
+each folder's name saying what it holds, and no two modules with one file name (a reader who
+sees ``tally.py`` knows which one is meant). See docs/architecture.md, "Layout"."""
+from __future__ import annotations
+
+import ast
+import collections
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("healthcheck", "slurm_hooks")
+MAX_TOP_LEVEL = 12
+
+
+def _modules(package: str):
+    return sorted(p for p in (ROOT / package).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_healthcheck_top_level_holds_at_most_twelve_modules():
+    top = sorted(p.name for p in (ROOT / "healthcheck").glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL, top
+
+
+def test_no_two_modules_share_a_file_name():
+    by_name = collections.defaultdict(list)
+    for package in PACKAGES:
+        for path in _modules(package):
+            if path.name != "__init__.py":
+                by_name[path.name].append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
+
+
+def test_grouping_packages_import_nothing():
+    """``safeio``, ``hooklib``, ``counters`` and ``taskenv`` only group modules: importing one
+    of them must not pull its modules onto a hook's import path."""
+    for name in ("safeio", "hooklib", "counters", "taskenv"):
+        tree = ast.parse((ROOT / "healthcheck" / name / "__init__.py").read_text())
+        imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+        assert imports == [], name
+        assert ast.get_docstring(tree), name          # the folder says what it holds
