@@ -7,7 +7,7 @@ import pytest
 from healthcheck.actions import Policy, apply, decide
 from healthcheck.findings import Finding
 from healthcheck.slurm.backend import JobInfo, NodeInfo, SlurmError
-from healthcheck.slurm.fake import FakeBackend
+from .fake_backend import FakeBackend
 
 ECC = Finding(check="gpu.ecc.uncorrectable", status="fail", action="drain",
               message="GPU 3: 2 uncorrectable (double-bit) ECC errors", gpu=3,

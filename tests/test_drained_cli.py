@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from healthcheck.health import state as node_state
-from healthcheck.slurm.fake import FakeBackend
+from .fake_backend import FakeBackend
 from slurm_hooks.cli import drained_cmd, main
 
 from .test_health_run import PROFILE

@@ -130,7 +130,7 @@ def test_a_drain_by_another_hook_is_not_forgotten_by_a_concurrent_health_check(t
 def test_resume_of_a_hostlist_resumes_ours_only(tmp_path, monkeypatch):
     config = tmp_path / "c.toml"
     config.write_text(f'[paths]\nstate_dir = "{tmp_path}"\n[gpu]\nbackend = "sim"\n[sim]\nprofile = "{PROFILE}"\n')
-    from healthcheck.slurm.fake import FakeBackend
+    from .fake_backend import FakeBackend
 
     fake = FakeBackend()
     ours = "gpu-hooks: v1 gpu.lost gpu3; GPU 3 lost"

@@ -12,7 +12,7 @@ from healthcheck.health import state as node_state
 from healthcheck.health.outputs import last_path, textfile_path, write_all
 from healthcheck.health.run import run_health
 from healthcheck.sim.node import SimNode
-from healthcheck.slurm.fake import FakeBackend
+from .fake_backend import FakeBackend
 from healthcheck.sources import sim_sources
 
 from .checks_support import HARDWARE

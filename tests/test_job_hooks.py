@@ -210,7 +210,7 @@ def oom_job(node, monkeypatch):
     import tempfile
 
     from healthcheck.slurm.backend import JobInfo
-    from healthcheck.slurm.fake import FakeBackend
+    from .fake_backend import FakeBackend
 
     place = tempfile.mkdtemp(prefix="sgh-epilog-", dir="/tmp")
     os.chmod(place, 0o755)

@@ -5,7 +5,7 @@ import pytest
 
 from healthcheck.config import Config
 from healthcheck.findings import Finding
-from healthcheck.slurm.fake import FakeBackend
+from .fake_backend import FakeBackend
 from healthcheck.actions import gate
 from slurm_hooks import drain
 

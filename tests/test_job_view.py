@@ -71,7 +71,7 @@ ARRAY_ROWS = [  # what `sacct -X -j 524` lists for `sbatch --array=1-3` (the las
 
 
 def test_the_delivery_finds_an_array_task_or_het_component_by_its_raw_id():
-    from healthcheck.slurm.fake import FakeBackend
+    from .fake_backend import FakeBackend
     from slurm_hooks.delivery import SlurmAccounting, row_of
 
     backend = FakeBackend()
@@ -85,7 +85,7 @@ def test_the_delivery_finds_an_array_task_or_het_component_by_its_raw_id():
 
 
 def test_slurm_gpu_job_shows_an_array_task_by_its_shown_id_and_by_its_raw_id(tmp_path):
-    from healthcheck.slurm.fake import FakeBackend
+    from .fake_backend import FakeBackend
     from slurm_hooks.jobview import gather
 
     class Config:
@@ -124,7 +124,7 @@ def test_cli_accepts_the_ids_sacct_shows_and_refuses_others(sim_config):
 
 def test_a_delivery_round_reads_every_queued_job_with_one_sacct(tmp_path):
     from healthcheck.records import outbox
-    from healthcheck.slurm.fake import FakeBackend
+    from .fake_backend import FakeBackend
     from slurm_hooks.delivery import SlurmAccounting
 
     class Accounted(FakeBackend):

@@ -38,3 +38,33 @@ def test_grouping_packages_import_nothing():
         imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
         assert imports == [], name
         assert ast.get_docstring(tree), name          # the folder says what it holds
+
+
+def test_no_test_double_is_installed():
+    """Stand-ins for tests (``FakeBackend``) live in ``tests/``, not in the installed packages:
+    no product module defines a ``Fake*`` class, and none imports from ``tests``."""
+    offenders = []
+    for package in PACKAGES:
+        for path in _modules(package):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef) and node.name.startswith("Fake"):
+                    offenders.append(f"{path.relative_to(ROOT)}: class {node.name}")
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tests":
+                    offenders.append(f"{path.relative_to(ROOT)}: imports {node.module}")
+    assert offenders == []
+
+
+def test_the_fake_backend_has_every_method_of_the_interface():
+    """The unit tests' ``FakeBackend`` stays a ``SlurmBackend``: every method, same parameters."""
+    import inspect
+
+    from healthcheck.slurm.backend import SlurmBackend
+    from .fake_backend import FakeBackend
+
+    wanted = {name for name, value in vars(SlurmBackend).items()
+              if callable(value) and not name.startswith("_")}
+    assert wanted >= {"node", "drain", "resume"}
+    for name in sorted(wanted):
+        assert list(inspect.signature(getattr(FakeBackend, name)).parameters) == \
+            list(inspect.signature(getattr(SlurmBackend, name)).parameters), name

@@ -11,7 +11,7 @@ import copy
 import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, resume_argv
+from healthcheck.slurm.backend import JobInfo, NodeInfo, SlurmError, drain_argv, resume_argv
 
 
 class FakeBackend:
