@@ -22,7 +22,8 @@ IO_IMPORTS = {"subprocess", "fcntl", "socket", "shutil", "tempfile", "select", "
 # Product modules that do I/O with no telltale import (plain open()/os calls).
 IO_MODULES = {"healthcheck.safeio.fsutil", "healthcheck.counters.history", "healthcheck.hooklib.runlog",
               "healthcheck.hooklib.skeleton", "healthcheck.config", "healthcheck.sources", "healthcheck.kernellog.cursor",
-              "healthcheck.kernellog.readers", "healthcheck.kernellog.api"}
+              "healthcheck.kernellog.readers", "healthcheck.kernellog.kmsg", "healthcheck.kernellog.journal",
+              "healthcheck.kernellog.logfiles", "healthcheck.kernellog.api"}
 
 
 def _module_name(path: str) -> str:

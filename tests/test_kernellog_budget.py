@@ -7,7 +7,7 @@ import os
 import tempfile
 
 from healthcheck.config import Config
-from healthcheck.kernellog import readers
+from healthcheck.kernellog import kmsg, logfiles, readers
 from healthcheck.kernellog.api import read_new_events, scan_events
 from healthcheck.kernellog.flood import MAX_GROUPS
 from healthcheck.kernellog.scanner import CHUNK, LineScanner
@@ -84,7 +84,7 @@ def test_a_time_budget_stops_after_the_first_chunk_that_moved_the_cursor():
         handle.flush()
         fd = os.open(handle.name, os.O_RDONLY)
         try:
-            readers._feed_range(fd, 0, len(data), scanner, readers.Budget(max_seconds=0.0))
+            logfiles._feed_range(fd, 0, len(data), scanner, readers.Budget(max_seconds=0.0))
         finally:
             os.close(fd)
     assert scanner.stopped == "the read budget of 0 s ([xid] read_budget_s) was spent"
@@ -94,7 +94,7 @@ def test_a_time_budget_stops_after_the_first_chunk_that_moved_the_cursor():
 def test_kmsg_reads_resume_at_the_record_where_they_stopped(tmp_path, monkeypatch):
     fake = tmp_path / "kmsg"
     monkeypatch.setattr(readers, "KMSG", str(fake))
-    monkeypatch.setattr(readers, "boot_id", lambda: "boot-1")
+    monkeypatch.setattr(kmsg, "boot_id", lambda: "boot-1")
     records = []
     for n, line in enumerate(distinct_xids(MAX_GROUPS + 300).splitlines(), start=1):
         text = line.split("] ", 1)[1]

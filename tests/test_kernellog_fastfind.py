@@ -63,7 +63,7 @@ def test_scanner_fed_one_reused_buffer_keeps_nothing_of_it():
 def test_a_file_read_in_small_reused_chunks_gives_the_same_events(tmp_path, monkeypatch):
     import io
 
-    from healthcheck.kernellog import readers
+    from healthcheck.kernellog import logfiles
     from healthcheck.kernellog.api import scan_events
 
     data = NOISE * 500 + XID + NOISE * 13 + GPU + NOISE * 200 + XID.replace(b"79", b"48")
@@ -76,6 +76,6 @@ def test_a_file_read_in_small_reused_chunks_gives_the_same_events(tmp_path, monk
     whole = summary(scan_events(str(path)))
     assert len(whole) == 3
     for size in (97, 4096):
-        monkeypatch.setattr(readers, "CHUNK", size)
+        monkeypatch.setattr(logfiles, "CHUNK", size)
         assert summary(scan_events(str(path))) == whole, size
         assert summary(scan_events("-", stream=io.BufferedReader(io.BytesIO(data)))) == whole, size

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from healthcheck.kernellog import cursor as cursor_module
-from healthcheck.kernellog import readers
+from healthcheck.kernellog import kmsg, readers
 from healthcheck.kernellog.api import KernelLogError, read_new_events
 from healthcheck.sim.node import SimNode
 
@@ -153,8 +153,8 @@ def kmsg_record(seq: int, text: str, usec: int = 5_000_000) -> str:
 def test_kmsg_sequence_numbers_are_the_cursor(tmp_path, monkeypatch):
     fake = tmp_path / "kmsg"
     monkeypatch.setattr(readers, "KMSG", str(fake))
-    monkeypatch.setattr(readers, "boot_id", lambda: "boot-1")
-    monkeypatch.setattr(readers, "boot_time", lambda: 1_700_000_000.0)
+    monkeypatch.setattr(kmsg, "boot_id", lambda: "boot-1")
+    monkeypatch.setattr(kmsg, "boot_time", lambda: 1_700_000_000.0)
     write(fake, kmsg_record(1, "NVRM: loading") + kmsg_record(2, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."))
     state = str(tmp_path / "state")
     first = read_and_commit("kmsg", state, "gpu1", now=NOW)
@@ -164,7 +164,7 @@ def test_kmsg_sequence_numbers_are_the_cursor(tmp_path, monkeypatch):
     write(fake, kmsg_record(3, "NVRM: Xid (PCI:0000:3b:00): 48, DBE"))
     second = read_and_commit("kmsg", state, "gpu1", now=NOW + 1)
     assert [event.code for event in second.events] == [48] and second.rescan is None
-    monkeypatch.setattr(readers, "boot_id", lambda: "boot-2")
+    monkeypatch.setattr(kmsg, "boot_id", lambda: "boot-2")
     after_reboot = read_and_commit("kmsg", state, "gpu1", now=NOW + 2)
     assert after_reboot.rescan == "the node rebooted"
 

@@ -2,7 +2,8 @@
 
 One module per concern: ``parser`` (a line -> an event), ``timestamps`` (line prefixes),
 ``pci`` (addresses -> GPU index/UUID), ``catalog`` (NVIDIA's catalog -> our action),
-``scanner`` (finding candidate lines at grep speed), ``readers`` (kmsg, journal, files),
+``scanner`` (finding candidate lines at grep speed), ``readers`` (choosing the source;
+the readers ``kmsg``, ``journal`` and ``logfiles``),
 ``cursor`` (state between runs), ``flood`` (repeats and escalation), ``event_findings`` (events ->
 Findings) and ``api`` (what the health check, the epilog and the CLI call). See
 docs/kernel-log.md.

@@ -290,12 +290,18 @@ def _read_new_events(store: StateStore, kind: str, identity: str, settings: XidS
         cursor = store.load_cursor(kind, identity)
         budget = readers.Budget(settings.read_budget_bytes, settings.read_budget_s)
         if kind == "kmsg":
-            result = readers.read_kmsg(readers.KMSG, cursor, collector.scanner, budget)
+            from . import kmsg
+
+            result = kmsg.read_kmsg(readers.KMSG, cursor, collector.scanner, budget)
         elif kind == "journal":
-            result = readers.read_journal(cursor, settings.rescan_bytes, settings.source_timeout_s, collector.scanner,
+            from . import journal
+
+            result = journal.read_journal(cursor, settings.rescan_bytes, settings.source_timeout_s, collector.scanner,
                                           budget)
         else:
-            result = readers.read_file_incremental(identity, cursor, settings.rescan_bytes, collector.scanner, budget)
+            from . import logfiles
+
+            result = logfiles.read_file_incremental(identity, cursor, settings.rescan_bytes, collector.scanner, budget)
         flood_state = tracker.state(now)
         flood_state["uuids"] = dict(list(gpu_map.learned.items())[:4096])
     everything = tracker.events()
@@ -332,13 +338,21 @@ def scan_events(kernel_log: str, since: Optional[float] = None, until: Optional[
     tracker = FloodTracker(settings.flood_window_s, settings.escalate)
     collector = _Collector(XidCatalog(settings.overrides), GpuMap(gpus), tracker, since=since, until=until)
     if kind == "-":
-        readers.read_stream_all(stream if stream is not None else readers.stdin_binary(), collector.scanner)
+        from . import logfiles
+
+        logfiles.read_stream_all(stream if stream is not None else readers.stdin_binary(), collector.scanner)
     elif kind == "kmsg":
-        readers.read_kmsg(readers.KMSG, None, collector.scanner)
+        from . import kmsg
+
+        kmsg.read_kmsg(readers.KMSG, None, collector.scanner)
     elif kind == "journal":
-        readers.read_journal_between(since, until, settings.source_timeout_s, collector.scanner)
+        from . import journal
+
+        journal.read_journal_between(since, until, settings.source_timeout_s, collector.scanner)
     else:
-        readers.read_file_all(source, collector.scanner, since=since)
+        from . import logfiles
+
+        logfiles.read_file_all(source, collector.scanner, since=since)
     events = tracker.events()
     for event in events:
         collector.gpu_map.annotate(event)
