@@ -27,8 +27,8 @@ CACHE_DIR = "/run/slurm-gpu-hooks"
 _VERSION = "1"
 MAX_ENTRY_BYTES = 1 << 20
 # What decides whether a document is valid and what it merges into, relative to the package.
-_CODE = ("config.py", "schema.py", "compiled.py", "findings.py", "facts.py", "checks/__init__.py",
-         "kernellog/xid_actions.py", "data/defaults.toml")
+_CODE = ("config/__init__.py", "config/keys.py", "schema.py", "compiled.py", "findings.py", "facts.py",
+         "checks/__init__.py", "kernellog/xid_actions.py", "data/defaults.toml")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
