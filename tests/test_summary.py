@@ -17,7 +17,8 @@ from slurm_hooks.summary.accounting import SACCT_FIELDS, SACCT_FORMAT, Accountin
 from slurm_hooks.summary.verdict import SOURCE_ACCOUNTING, SOURCE_HOOKS, classify, quick_cause
 from slurm_hooks.summary.offenders import OffenderRules, poisson_tail, rank_nodes
 from slurm_hooks.summary.report import build
-from slurm_hooks.summary.tally import Filters, NodeTally, Tally, gpus_of
+from slurm_hooks.summary.rows import gpus_of
+from slurm_hooks.summary.tally import Filters, NodeTally, Tally
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "summary")
 LAB_SACCT = os.path.join(DATA, "sacct-lab-scenarios.txt")

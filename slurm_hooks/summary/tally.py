@@ -10,14 +10,29 @@ from __future__ import annotations
 
 import gc
 import heapq
-import re
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress, islice, repeat
+from itertools import compress, repeat
 from operator import add, getitem, itemgetter, mul
-from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
-from .accounting import INDEX, MAX_ELAPSED_S, MAX_JOB_GPUS, job_name
+from .accounting import MAX_ELAPSED_S, MAX_JOB_GPUS, job_name
+from .rows import (
+    I_ACCOUNT,
+    I_ADMIN,
+    I_ELAPSED,
+    I_END,
+    I_JOBID,
+    I_NODELIST,
+    I_PARTITION,
+    I_STATE,
+    I_TRES,
+    I_USER,
+    NODE_CACHE_LIMIT,
+    GpuCounts,
+    chunks,
+    expand_nodes,
+)
 from .verdict import (
     HARDWARE,
     SIMPLE_HEAD,
@@ -32,44 +47,12 @@ from .verdict import (
     state_word,
 )
 
-I_JOBID, I_USER, I_ACCOUNT, I_PARTITION = INDEX["JobID"], INDEX["User"], INDEX["Account"], INDEX["Partition"]
-I_STATE, I_START, I_END, I_ELAPSED = INDEX["State"], INDEX["Start"], INDEX["End"], INDEX["ElapsedRaw"]
-I_TRES, I_NODELIST, I_ADMIN, I_NAME = INDEX["AllocTRES"], INDEX["NodeList"], INDEX["AdminComment"], INDEX["JobName"]
-I_EXIT = INDEX["ExitCode"]
 
 _STATE, _END, _ELAPSED = itemgetter(I_STATE), itemgetter(I_END), itemgetter(I_ELAPSED)
 _TRES, _NODELIST, _ADMIN = itemgetter(I_TRES), itemgetter(I_NODELIST), itemgetter(I_ADMIN)
 _HOUR = slice(0, 13)             # "2026-11-30T14" of sacct's "2026-11-30T14:38:11"
 
-_TYPED_GPU = re.compile(r"gres/gpu:[^=,]+=(\d+)")
-_NODE_CACHE_LIMIT = 50_000
 TOP_LOSSES = 25
-
-
-def gpus_of(tres: str) -> int:
-    """Allocated GPUs from AllocTRES (``gres/gpu=N``; typed ``gres/gpu:h100=N`` summed when the
-    untyped count is absent)."""
-    at = tres.find("gres/gpu=")
-    if at < 0:
-        if "gres/gpu:" not in tres:
-            return 0
-        return sum(int(n) for n in _TYPED_GPU.findall(tres))
-    end = tres.find(",", at)
-    value = tres[at + 9:end] if end >= 0 else tres[at + 9:]
-    return int(value) if value.isdigit() else 0
-
-
-def expand_nodes(nodelist: str) -> Tuple[str, ...]:
-    if not nodelist or nodelist.startswith("None"):
-        return ()
-    if "[" not in nodelist and "," not in nodelist:
-        return (nodelist,)
-    import hostlist
-
-    try:
-        return tuple(hostlist.expand_hostlist(nodelist))
-    except hostlist.BadHostlist:
-        return (nodelist,)
 
 
 @dataclass
@@ -120,39 +103,17 @@ def _add_counts(mine: Dict, theirs: Dict) -> None:
         mine[key] = mine.get(key, 0) + count
 
 
-class _GpuCounts(dict):
-    """AllocTRES text -> GPUs; the same few strings repeat across a month of jobs."""
-
-    def __missing__(self, tres: str) -> int:
-        if len(self) >= _NODE_CACHE_LIMIT:
-            self.clear()
-        gpus = self[tres] = gpus_of(tres)
-        return gpus
-
-
 class _StateKeys(dict):
     """sacct State -> the tally key of a job classified from accounting alone ("|S" + first word)."""
 
     def __missing__(self, state: str) -> str:
-        if len(self) >= _NODE_CACHE_LIMIT:
+        if len(self) >= NODE_CACHE_LIMIT:
             self.clear()
         key = self[state] = "|" + SOURCE_KEY_ACCOUNTING + state_word(state)
         return key
 
 
 SOURCE_KEY_HOOKS, SOURCE_KEY_ACCOUNTING = "H", "S"
-CHUNK_ROWS = 512
-
-
-def chunks(rows: Iterable[Sequence[str]], size: int = CHUNK_ROWS) -> Iterator[List[Sequence[str]]]:
-    iterator = iter(rows)
-    while True:
-        chunk = list(islice(iterator, size))
-        if not chunk:
-            return
-        yield chunk
-
-
 class Tally:
     """Counters over accounting rows. Rows are taken a chunk at a time and worked on column by
     column, so that most of the per-row work happens inside C loops (``map``, ``Counter``,
@@ -183,7 +144,7 @@ class Tally:
         self.losses: List[Tuple[float, str, str, str, str, str]] = []   # heap of the largest hardware losses
         self.drain_events = 0
         self._node_cache: Dict[str, Tuple[str, ...]] = {}
-        self._gpu_counts = _GpuCounts()
+        self._gpu_counts = GpuCounts()
         self._state_keys = _StateKeys()
 
     # -- the hot path ----------------------------------------------------------------------
@@ -296,7 +257,7 @@ class Tally:
             self.first_end = first
         if last > self.last_end:
             self.last_end = last
-        if len(per_list) >= _NODE_CACHE_LIMIT:
+        if len(per_list) >= NODE_CACHE_LIMIT:
             self._flush_nodelists()
         for i, verdict in verdicts.items():
             self._add_verdict(rows[i], verdict, gpu_seconds[i])
@@ -341,7 +302,7 @@ class Tally:
         cache = self._node_cache
         nodes = cache.get(nodelist)
         if nodes is None:
-            if len(cache) >= _NODE_CACHE_LIMIT:
+            if len(cache) >= NODE_CACHE_LIMIT:
                 cache.clear()
             nodes = cache[nodelist] = expand_nodes(nodelist)
         return nodes

@@ -8,7 +8,8 @@ from typing import Any, Dict, Iterable, List, Sequence, TextIO
 
 from slurm_hooks.cli.xid_cmd import terminal_safe
 
-from .tally import I_ACCOUNT, I_END, I_EXIT, I_JOBID, I_NAME, I_NODELIST, I_PARTITION, I_START, I_STATE, I_USER, JobView
+from .rows import I_ACCOUNT, I_END, I_EXIT, I_JOBID, I_NODELIST, I_PARTITION, I_START, I_STATE, I_USER
+from .tally import JobView
 from .accounting import INDEX, job_name
 
 TOP_NODES = 15
