@@ -13,7 +13,8 @@ The file is read here exactly as ``config.read_document`` reads it (a regular fi
 4 MiB, never a FIFO), so its bytes are what is hashed and, on a miss, what is parsed. A cache
 entry is trusted only when it is a regular file (not a link), owned by the running user and
 writable by no one else, in a directory that is the same: another user cannot hand root a
-config. Only ``Config.load(cached=True)`` uses it (the hooks, slurm-gpu-watch).
+config. ``Config.load(cached=True)`` uses it (the hooks, slurm-gpu-watch), and ``package_toml``
+keeps the package's own TOML tables the same way (the epilog's job classes).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Where a node's facts come from: the real driver and /sys, or a simulated node.
 
-Probes take a ``NodeSources`` and never ask which one they got; this is the only module
-that knows the simulator exists.
+Probes take a ``NodeSources`` and never ask which one they got; of the node side (probes,
+checks, the runner, the kernel log, the hooks) this is the only module that knows the simulator
+exists (tests/test_architecture_claims.py).
 """
 from __future__ import annotations
 
