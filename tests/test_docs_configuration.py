@@ -47,8 +47,8 @@ def schema_keys(schema: Dict[str, Any] = CONFIG_SCHEMA, prefix: str = "") -> Set
     return keys
 
 
-def documented_rows() -> Iterator[Tuple[str, str]]:
-    """(dotted key, default cell) for every key row under a section heading of the page."""
+def documented_lines() -> Iterator[Tuple[str, str, str]]:
+    """(dotted key, default cell, the whole row) for every key row under a section heading of the page."""
     section = None
     with open(DOC, encoding="utf-8") as handle:
         for line in handle:
@@ -61,7 +61,13 @@ def documented_rows() -> Iterator[Tuple[str, str]]:
                 continue
             row = _ROW.match(line)
             if row and section:
-                yield f"{section}.{row.group(1)}", row.group(2)
+                yield f"{section}.{row.group(1)}", row.group(2), line
+
+
+def documented_rows() -> Iterator[Tuple[str, str]]:
+    """(dotted key, default cell) for every key row under a section heading of the page."""
+    for key, default, _ in documented_lines():
+        yield key, default
 
 
 def _default(dotted: str) -> Any:
@@ -149,19 +155,7 @@ def test_every_number_in_the_schema_has_both_bounds():
 
 
 def test_every_numeric_key_row_shows_its_range():
-    rows: Dict[str, str] = {}
-    section = None
-    with open(DOC, encoding="utf-8") as handle:
-        for line in handle:
-            heading = _HEADING.match(line)
-            if heading:
-                section = re.sub(r"<[^>]+>", "*", heading.group(1))
-                continue
-            if line.startswith("#"):
-                section = None
-            row = _ROW.match(line)
-            if row and section:
-                rows[f"{section}.{row.group(1)}"] = line
+    rows = {key: line for key, _, line in documented_lines()}
     wrong = [f"{key}: wants '{range_text(spec)}'" for key, spec in numeric_fields()
              if range_text(spec) not in rows.get(key, "")]
     assert not wrong, "docs/configuration.md rows without their range:\n" + "\n".join(wrong)
