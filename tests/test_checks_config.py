@@ -42,6 +42,16 @@ def test_every_check_and_threshold_is_documented():
         assert f"`{name}`" in DOC, f"docs/checks.md does not mention threshold {name}"
 
 
+def test_each_checks_default_action_is_stated_in_its_section():
+    """docs/checks.md is where a check's default action is documented (docs/configuration.md
+    points there): each section's **Default action** is the built-in one."""
+    actions = builtin_defaults()["actions"]
+    for check_id in FINDING_IDS:
+        section = re.search(rf"^#+ `{re.escape(check_id)}`\n(.*?)(?=^#|\Z)", DOC, re.M | re.S)
+        stated = re.search(r"\*\*Default action\*\* `(\w+)`", section.group(1)) if section else None
+        assert stated and stated.group(1) == actions[check_id], check_id
+
+
 @pytest.mark.parametrize("doc,line", [
     ({"actions": {"gpu.eccc": "drain"}}, '(built-in): actions."gpu.eccc": unknown check id; one of '),
     ({"tiers": {"prolog": ["gpu.count", "nvlink.dwn"]}}, "(built-in): tiers.prolog[1]: unknown check id 'nvlink.dwn'; one of "),
