@@ -140,14 +140,14 @@ def test_wrappers_set_config_paths_and_never_path(tmp_path):
     """Slurm runs HealthCheckProgram with SLURMD_NODENAME and nothing else."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    for script in sorted({spec[1] for spec in render.HOOKS.values()}):
+    for script in sorted({spec[1] for spec in render.HOOKS.values() if spec[1]}):
         target = fake_bin / script
         target.write_text("#!/bin/sh\necho \"$0\"; echo \"SLURM_CONF=$SLURM_CONF\"; "
                           "echo \"CONFIG=$SLURM_GPU_HOOKS_CONFIG\"; echo \"PATH=${PATH-unset}\"\n")
         target.chmod(0o755)
     lab = LabPaths(str(tmp_path / "lab"))
     opts = options(bin_dir=str(fake_bin))
-    for hook in render.HOOKS:
+    for hook in (hook for hook, spec in render.HOOKS.items() if spec[1]):
         text = render.hook_wrapper(lab, hook, opts)
         assert "PATH=" not in text
         wrapper = tmp_path / hook
@@ -158,6 +158,25 @@ def test_wrappers_set_config_paths_and_never_path(tmp_path):
         assert out[0] == str(fake_bin / render.HOOKS[hook][1])
         assert out[1] == f"SLURM_CONF={lab.slurm_conf}"
         assert out[2] == f"CONFIG={lab.hooks_config}"
+
+
+def test_the_reboot_program_names_its_lab_and_refuses_to_run_outside_a_slurmd(tmp_path):
+    """RebootProgram gets no arguments and no node name from slurmd: the wrapper names the lab,
+    the program finds its node from the slurmd above it, and without one says so (exit 1)."""
+    import sys
+
+    lab = LabPaths(str(tmp_path / "lab"))
+    text = render.hook_wrapper(lab, "reboot", options(bin_dir=str(tmp_path), python=sys.executable))
+    assert "PATH=" not in text and f"SLURM_GPU_LAB_DIR={lab.root}" in text
+    assert "-m slurm_hooks.lab.reboot" in text
+    wrapper = tmp_path / "reboot"
+    wrapper.write_text(text)
+    wrapper.chmod(0o755)
+    done = subprocess.run(["/usr/bin/env", "-i", str(wrapper)], capture_output=True, text=True, timeout=60,
+                          cwd=str(tmp_path))
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "slurm-gpu lab RebootProgram: no slurmd above this process names its node"], done.stderr
+    assert "RebootProgram=" + lab.hook("reboot") in render.slurm_conf(lab, options())
 
 
 def test_wrapper_falls_back_to_the_module_without_console_scripts(tmp_path):

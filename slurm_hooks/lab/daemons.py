@@ -17,6 +17,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set
 
 from . import LabError
 from . import paths as P
+from .boots import slurmd_prefix
 from .install import binary
 from .paths import LabPaths
 from .commands import clean_env, run, slurm_env
@@ -226,6 +227,15 @@ def _start_slurm(argv: List[str]) -> Callable[[LabPaths], None]:
     return start
 
 
+def _start_slurmd(node: str) -> Callable[[LabPaths], None]:
+    """slurmd -N node, in the node's own boot when it rebooted (``boots.slurmd_prefix``: a
+    time namespace, so Slurm sees that boot's BootTime)."""
+    def start(lab: LabPaths) -> None:
+        prefix = slurmd_prefix(lab, node, binary("unshare"))
+        run(prefix + [binary("slurmd"), "-N", node], env=slurm_env(lab), timeout=60, cwd=lab.log)
+    return start
+
+
 def _slurmdbd_ready(lab: LabPaths) -> bool:
     return port_open(P.SLURMDBD_PORT)
 
@@ -269,7 +279,7 @@ def daemons(lab: LabPaths) -> List[Daemon]:
     ]
     for node in P.NODES:
         table.append(Daemon(f"slurmd {node}", "slurmd", lab.slurmd_pid(node), lab.slurmd_log(node),
-                            _start_slurm([binary("slurmd"), "-N", node]), _slurmd_ready(node), 30, 10))
+                            _start_slurmd(node), _slurmd_ready(node), 30, 10))
     return table
 
 

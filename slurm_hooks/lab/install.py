@@ -19,6 +19,8 @@ BINARIES = {
     "sbatch": "/usr/bin/sbatch", "scontrol": "/usr/bin/scontrol", "sinfo": "/usr/bin/sinfo",
     "squeue": "/usr/bin/squeue", "sacct": "/usr/bin/sacct", "scancel": "/usr/bin/scancel",
     "srun": "/usr/bin/srun", "runuser": "/usr/sbin/runuser",
+    # util-linux: a rebooted node's slurmd runs in its own time namespace (slurm_hooks/lab/reboot.py)
+    "unshare": "/usr/bin/unshare",
 }
 
 

@@ -31,6 +31,8 @@ HOOKS: Dict[str, Sequence[str]] = {
     "epilog-slurmctld": ("EpilogSlurmctld", "slurm-gpu-epilog", "slurm_hooks.epilog"),
     "healthcheck": ("HealthCheckProgram", "slurm-gpu-healthcheck", "healthcheck.healthcheck"),
     "taskprolog": ("TaskProlog", "slurm-gpu-taskprolog", "slurm_hooks.taskprolog"),
+    # Not a hook of the product: the lab's stand-in for a node's reboot (slurm_hooks/lab/reboot.py).
+    "reboot": ("RebootProgram", "", "slurm_hooks.lab.reboot"),
 }
 
 
@@ -124,7 +126,7 @@ def slurm_conf(lab: LabPaths, opts: RenderOptions) -> str:
         prolog=conf_value(lab.hook("prolog")), epilog=conf_value(lab.hook("epilog")),
         epilog_slurmctld=conf_value(lab.hook("epilog-slurmctld")),
         healthcheck=conf_value(lab.hook("healthcheck")),
-        taskprolog=conf_value(lab.hook("taskprolog")),
+        taskprolog=conf_value(lab.hook("taskprolog")), reboot=conf_value(lab.hook("reboot")),
         health_interval=opts.health_interval, node_lines="\n".join(lines),
         nodelist=nodelist(opts.nodes))
 
@@ -152,7 +154,7 @@ def hook_command(hook: str, opts: RenderOptions) -> List[str]:
     """How a wrapper runs a hook: the console script by absolute path, else the module."""
     _what, script, module = HOOKS[hook]
     path = os.path.join(opts.bin_dir, script)
-    if os.path.isfile(path) and os.access(path, os.X_OK):
+    if script and os.path.isfile(path) and os.access(path, os.X_OK):
         return [path]
     return [opts.python, "-I", "-m", module]
 
@@ -168,6 +170,8 @@ def hook_wrapper(lab: LabPaths, hook: str, opts: RenderOptions) -> str:
     what = HOOKS[hook][0]
     command = " ".join(shlex.quote(part) for part in hook_command(hook, opts))
     run = _RUN_AS_USER.format(command=command) if hook == "taskprolog" else f"exec {command}"
+    if hook == "reboot":        # which lab: the program gets no arguments from Slurm
+        run = f"{P.LAB_DIR_ENV}={shlex.quote(lab.root)}\nexport {P.LAB_DIR_ENV}\n{run}"
     return _template("lab-hook-wrapper.sh.tmpl").substitute(
         what=what, slurm_conf=shlex.quote(lab.slurm_conf),
         hooks_config=shlex.quote(lab.hooks_config), run=run)
