@@ -11,7 +11,7 @@ import copy
 import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from healthcheck.slurm.backend import JobInfo, NodeInfo, SlurmError, drain_argv, resume_argv
+from healthcheck.slurm.backend import JobInfo, NodeInfo, SlurmError, drain_argv, reboot_argv, resume_argv
 
 
 class FakeBackend:
@@ -32,7 +32,7 @@ class FakeBackend:
 
     def writes(self) -> List[Tuple[str, ...]]:
         """The calls that change Slurm (drain, resume, set_admin_comment), in order."""
-        return [call for call in self.calls if call[0] in ("drain", "resume", "set_admin_comment")]
+        return [call for call in self.calls if call[0] in ("drain", "resume", "reboot", "set_admin_comment")]
 
     def scontrol_argvs(self) -> List[Tuple[str, ...]]:
         """The scontrol arguments the real backend would have run for this fake's writes."""
@@ -42,6 +42,8 @@ class FakeBackend:
                 out.append(drain_argv(call[1], call[2]))
             elif call[0] == "resume":
                 out.append(resume_argv(call[1]))
+            elif call[0] == "reboot":
+                out.append(reboot_argv(call[1], call[2]))
         return out
 
     # -- the interface ---------------------------------------------------------------------------
@@ -84,6 +86,21 @@ class FakeBackend:
         node.state = "+".join(kept) or "IDLE"
         node.reason = node.reason_user = node.reason_time = ""
         node.reason_epoch = None
+
+    def reboot(self, name: str, reason: str) -> None:
+        """``scontrol reboot ASAP nextstate=RESUME reason=...``: Slurm drains the node with the
+        reason and flags the reboot (it happens once the node is idle; ``finish_reboot``)."""
+        self._call("reboot", name, reason)
+        node = self._known(name)
+        flags = node.state.split("+")
+        flags += [flag for flag in ("DRAIN", "REBOOT_REQUESTED") if flag not in flags]
+        node.state = "+".join(flags)
+        node.reason, node.reason_user = reason, self.user
+
+    def finish_reboot(self, name: str) -> None:
+        """A test helper: the node came back from its reboot; nextstate=RESUME puts it in service."""
+        node = self._known(name)
+        node.state, node.reason, node.reason_user, node.reason_epoch = "IDLE", "", "", None
 
     def job(self, job_id: str) -> Optional[JobInfo]:
         self._call("job", str(job_id))

@@ -25,9 +25,10 @@ from ..findings import Finding
 from ..slurm.backend import NodeInfo, drain_argv, resume_argv
 from .cause import drain_causes
 
-KINDS = ("none", "drain", "resume", "blocked", "leave-alone")
-# The kinds that change Slurm (each has its edge in ``gate.EDGES``).
-CHANGING_KINDS = ("drain", "resume")
+KINDS = ("none", "drain", "resume", "reboot", "blocked", "leave-alone")
+# The kinds that change Slurm (each has its edge in ``gate.EDGES``); reboot: the remediation's
+# ``scontrol reboot ASAP nextstate=RESUME reason=<ours>`` (healthcheck/remediate/plan.py).
+CHANGING_KINDS = ("drain", "resume", "reboot")
 RESUME_MODES = ("auto", "after_reboot", "never")
 
 # Flags of a node Slurm itself is busy with (Slurm 22.05 spelling in ``scontrol show node -o``;

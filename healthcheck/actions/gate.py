@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..findings import Finding
-from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, resume_argv
+from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, drain_argv, reboot_argv, resume_argv
 from ..hooklib.watchdog import note
 from .decision import Decision, decide
 
@@ -66,6 +66,8 @@ class Request:
     boot_id: str = "unknown"                       # the running boot (``read_boot_id``)
     force: bool = False                            # resume: also a drain that is not ours
     now: Optional[float] = None
+    # remediate: (plan.Situation, plan.Step) as the session read them under the node's lock
+    remedy: Optional[Tuple[Any, Any]] = None
 
 
 @dataclass
@@ -110,9 +112,14 @@ def _resume(backend: SlurmBackend, decision: Decision) -> None:
     backend.resume(decision.node)
 
 
+def _reboot(backend: SlurmBackend, decision: Decision) -> None:
+    backend.reboot(decision.node, decision.reason or "")
+
+
 # Decision kind -> the backend call that changes Slurm. The only calls of the backend's writing
 # node functions in the product (tests/test_gate_only.py holds it).
-EDGES: Dict[str, Callable[[SlurmBackend, Decision], None]] = {"drain": _drain, "resume": _resume}
+EDGES: Dict[str, Callable[[SlurmBackend, Decision], None]] = {"drain": _drain, "resume": _resume,
+                                                              "reboot": _reboot}
 
 
 def apply(backend: SlurmBackend, decision: Decision, dry_run: bool = False) -> Applied:
@@ -215,8 +222,34 @@ def _admin_resume(request: Request, info: Optional[NodeInfo], slurm_error: str, 
                     reason=info.reason or None, cause=ours, scontrol=resume_argv(node))
 
 
-# intent -> the pure decision for it. The remediation adds "reboot".
-DECIDERS: Dict[str, Callable[..., Decision]] = {"judge": _judge, "drain": _judge, "resume": _admin_resume}
+def _remediate(request: Request, info: Optional[NodeInfo], slurm_error: str, policy, record,
+               causes: List[Any]) -> Decision:
+    """The remediation's next step for a node we drained (``healthcheck/remediate/plan.py``; the
+    session read the ledger and Slurm into ``request.remedy``): a reboot asked of Slurm, our reason
+    turned into an inspection, or nothing now."""
+    from ..drain_reason import format_reason, parse_reason
+    from ..remediate.plan import CLAIM_KEY, inspect_reason, reason_with
+
+    node = request.node
+    if info is None:
+        return Decision("none", node, SLURM_UNREACHABLE, f"Slurm could not be asked ({slurm_error or 'no answer'})")
+    situation, step = request.remedy
+    ours = parse_reason(info.reason, policy.drain.reason_prefix) if info.reason else None
+    rule = f"remediate-{step.rule}"
+    if step.kind == "reboot" and ours is not None:
+        text = format_reason(reason_with(ours, {CLAIM_KEY: ""}), policy.drain.reason_prefix,
+                             policy.drain.max_reason_len)
+        return Decision("reboot", node, rule, step.why, reason=text, cause=ours, scontrol=reboot_argv(node, text))
+    if step.kind == "inspect" and ours is not None:
+        text = format_reason(inspect_reason(ours, situation.reboots), policy.drain.reason_prefix,
+                             policy.drain.max_reason_len)
+        return Decision("drain", node, rule, step.why, reason=text, cause=ours, scontrol=drain_argv(node, text))
+    return Decision("none", node, rule, step.why, reason=info.reason or None, cause=ours)
+
+
+# intent -> the pure decision for it.
+DECIDERS: Dict[str, Callable[..., Decision]] = {"judge": _judge, "drain": _judge, "resume": _admin_resume,
+                                                "remediate": _remediate}
 
 
 # -- the session: the node's lock held from reading Slurm to the saved record -------------------------
@@ -242,7 +275,7 @@ class Session:
             slurm_error = ""
         except SlurmError as exc:
             info, slurm_error = None, str(exc)
-        record = self.state.drained
+        record = before = self.state.drained
         causes = causes_for(request, self.policy)
         decision = DECIDERS[request.intent](request, info, slurm_error, self.policy, record, causes)
         outcome = Outcome(request, decision, Applied(decision, None, done=False), info, notes=list(self.notes))
@@ -251,7 +284,104 @@ class Session:
         if outcome.applied.done and outcome.decision.rule == "drain" and not self.dry_run:
             self._undo_beyond_budget(outcome)
         self._record(outcome, info, causes, now)
+        self._episodes(outcome, before, now)
         return outcome
+
+    # -- remediation ([remediate], healthcheck/remediate/) --------------------------------------------
+    def _episodes(self, outcome: Outcome, before, now: float) -> None:
+        """The ledger's episode times (drained, back in service) when our drain starts or ends;
+        nothing is read or written on a run that changes neither."""
+        after = self.state.drained
+        if self.dry_run or outcome.request.intent == "remediate" or (before is None) == (after is None):
+            return
+        from ..remediate import ledger as ledgers
+
+        try:
+            with ledgers.changing(self.state_dir, self.node) as ledger:
+                if after is not None:
+                    ledger.note_drain(_signature(after), after.cause, now)
+                else:
+                    ledger.note_resumed(now)
+                    if outcome.request.intent == "resume" and outcome.applied.done:
+                        ledger.forget(_signature(before))     # an admin looked: the count starts again
+        except (OSError, ValueError) as exc:
+            outcome.notes.append(f"remediation ledger not saved: {getattr(exc, 'strerror', None) or exc}")
+
+    def remediate(self, boot_id: str, now: Optional[float] = None) -> Optional[Outcome]:
+        """After the health check's judgement: the remediation's step for our drain (a reboot asked
+        of Slurm within the cluster-wide budget, inspection once the reboots are spent, or nothing
+        now); None when ``[remediate]`` is off or nothing of ours is drained."""
+        from ..remediate import ledger as ledgers
+        from ..remediate.plan import RemediatePolicy
+
+        rpolicy = RemediatePolicy.from_config(self.config)
+        if not rpolicy.enabled or self.state.drained is None:
+            return None
+        now = time.time() if now is None else now
+        try:
+            with ledgers.changing(self.state_dir, self.node) as ledger:
+                return self._remediate(rpolicy, ledger, boot_id, now)
+        except (OSError, ValueError) as exc:
+            self.notes.append(f"remediation skipped: ledger not usable ({getattr(exc, 'strerror', None) or exc})")
+            return None
+
+    def _remediate(self, rpolicy, ledger, boot_id: str, now: float) -> Optional[Outcome]:
+        from ..drain_reason import parse_reason
+        from ..remediate.plan import Step, next_step, rebooting
+        from dataclasses import replace as _replace
+
+        record = self.state.drained
+        try:
+            info = self.backend.node(self.node)
+        except SlurmError as exc:
+            self.notes.append(f"remediation: Slurm could not be asked ({exc})")
+            return None
+        ours = parse_reason(info.reason, self.policy.drain.reason_prefix) if info.reason else None
+        signature = _signature(record)
+        situation = situation_of(record, info, ours, ledger, signature, boot_id, now, rpolicy)
+        step = next_step(situation, rpolicy)
+        if step.kind == "reboot" and rpolicy.max_rebooting_nodes > 0:
+            try:
+                situation = _replace(situation, rebooting_elsewhere=len(rebooting(self.backend.nodes(), self.node)))
+                step = next_step(situation, rpolicy)
+                if step.kind == "reboot" and not self._my_turn(info, ours, rpolicy):
+                    step = Step("wait-budget", "reboot-budget",
+                                "another node's turn within [remediate] max_rebooting_nodes")
+            except SlurmError as exc:
+                step = Step("none", "slurm-unreachable", f"Slurm could not be asked for the reboot budget ({exc})")
+        if step.kind == "reset-gpu":
+            # No GPU reset is carried out by this version: a refused reset, so the next run reboots.
+            ledger.note_reset(signature, record.cause, boot_id, now)
+            step = Step("none", "reset-refused", "no GPU reset is available to this tool: a reboot next")
+        request = Request("remediate", self.node, "healthcheck", boot_id=boot_id, now=now, remedy=(situation, step))
+        outcome = self.submit(request)
+        if outcome.applied.done and outcome.decision.kind == "reboot":
+            ledger.note_reboot(signature, record.cause, boot_id, now)
+        elif outcome.applied.done and outcome.decision.kind == "drain":
+            ledger.note_inspect(signature, record.cause, now)
+        return outcome
+
+    def _my_turn(self, info: NodeInfo, ours, rpolicy) -> bool:
+        """The reboot budget without a race: claim a turn in our reason (``next:reboot``), wait until
+        every node that decides at this moment has claimed too, read them all, and keep the turn only
+        when within ``max_rebooting_nodes`` (``plan.reboot_turn``); otherwise the claim is taken back."""
+        from ..drain_reason import format_reason
+        from ..remediate.plan import CLAIM_KEY, CLAIM_VALUE, reason_with, reboot_turn
+
+        if ours is None:
+            return False
+        prefix, width = self.policy.drain.reason_prefix, self.policy.drain.max_reason_len
+        claim = format_reason(reason_with(ours, {CLAIM_KEY: CLAIM_VALUE}), prefix, width)
+        plain = format_reason(reason_with(ours, {CLAIM_KEY: ""}), prefix, width)
+        if claim != info.reason:
+            apply(self.backend, Decision("drain", self.node, "remediate-claim", "a turn to reboot", reason=claim,
+                                         cause=ours, scontrol=drain_argv(self.node, claim)))
+        time.sleep(BUDGET_SETTLE_S)
+        if reboot_turn(self.backend.nodes(), self.node, rpolicy.max_rebooting_nodes, prefix):
+            return True
+        apply(self.backend, Decision("drain", self.node, "remediate-unclaim", "not our turn", reason=plain,
+                                     cause=ours, scontrol=drain_argv(self.node, plain)))
+        return False
 
     def save(self, state=None) -> Optional[str]:
         """Write the health state (``state``, else the session's); a problem as one line."""
@@ -314,6 +444,11 @@ class Session:
         from ..health import state as node_state
 
         decision, request = outcome.decision, outcome.request
+        if request.intent == "remediate":
+            if outcome.applied.done and decision.kind == "drain" and self.state.drained is not None:
+                # drained for inspection: the same drain, never resumed by itself now
+                self.state.drained = replace(self.state.drained, resume_mode="never", reason=decision.reason or "")
+            return
         if outcome.applied.done and decision.kind == "drain":
             mode = next((c.resume_mode for c in causes if c.key == decision.cause.cause), None)
             if mode is None:
@@ -329,6 +464,35 @@ class Session:
             self.state.drained = None            # resumed by someone (an admin, slurm-gpu resume)
         elif info is not None and decision.rule in FOREIGN_RULES:
             self.state.drained = None            # someone else's now
+
+
+def _signature(record) -> str:
+    """The fault signature of a drain record: its cause and the GPU's UUID from its evidence."""
+    from ..remediate.plan import signature
+
+    subject = record.cause.split(" ")[1] if " " in record.cause else ""
+    uuid = None
+    for finding in record.evidence or ():
+        if isinstance(finding, dict) and finding.get("uuid") and f"gpu{finding.get('gpu')}" == subject:
+            uuid = str(finding["uuid"])
+            break
+    return signature(record.cause, uuid)
+
+
+def situation_of(record, info: NodeInfo, ours, ledger, signature: str, boot_id: str, now: float, rpolicy):
+    """What the remediation decision looks at (``plan.Situation``), from the drain record, Slurm's
+    node, our reason on it and the ledger."""
+    from ..remediate.plan import INSPECT_KEY, Situation, within
+
+    entry = ledger.entries.get(signature)
+    asked = ledger.asked_in(boot_id) if ledger.asked is not None and ledger.asked.signature == signature else ""
+    return Situation(
+        ours=ours is not None, resume_mode=record.resume_mode, flags=tuple(info.flags),
+        idle=info.drained and info.base == "IDLE" and not info.has("COMPLETING"),
+        inspecting=ours is not None and INSPECT_KEY in ours.keys, asked=asked,
+        reboots=len(within(entry.reboots, now, rpolicy.window_s)) if entry else 0,
+        resets=entry.resets.get(boot_id, 0) if entry else 0,
+        gpu_scoped=ours is not None and ours.subject.startswith("gpu"))
 
 
 def _forget_inspection(state, info: Optional[NodeInfo], prefix: str) -> None:

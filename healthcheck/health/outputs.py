@@ -35,7 +35,9 @@ def textfile_path(directory: str, node: str) -> str:
 def log_line(run) -> Optional[str]:
     """One line for syslog and stderr, or None for a quiet healthy run."""
     decision = run.decision
-    if decision.kind == "none" and not run.tally.confirmed and not run.tally.pending and not run.notes:
+    remedy = _remedy_said(run)
+    if decision.kind == "none" and not run.tally.confirmed and not run.tally.pending and not run.notes \
+            and not remedy:
         return None
     head = f"{run.node}: {decision.kind}"
     if run.dry_run:
@@ -47,7 +49,25 @@ def log_line(run) -> Optional[str]:
         text += "; waiting for confirmation: " + ", ".join(f"{c.key} {n}/{k}" for c, n, k in run.tally.pending)
     for note in run.notes:
         text += f"; {note}"
+    if remedy:
+        text += f"; {remedy}"
     return " ".join(text.split())
+
+
+# Remediation steps worth a line even when nothing changed ([remediate]; the others are quiet).
+_REMEDY_SAID = ("remediate-reboot-budget", "remediate-reset-refused")
+
+
+def _remedy_said(run) -> str:
+    """The remediation's step for the log: a reboot asked, an inspection, a budget wait."""
+    outcome = getattr(run, "remediation", None)
+    if outcome is None or (not outcome.decision.changes_slurm and outcome.decision.rule not in _REMEDY_SAID):
+        return ""
+    kind = "inspect" if outcome.decision.kind == "drain" else outcome.decision.kind
+    text = f"remediation: {kind} [{outcome.decision.rule}] {outcome.decision.why}"
+    if outcome.applied.error:
+        text += f" (scontrol failed: {outcome.applied.error})"
+    return text
 
 
 def to_syslog(line: str, serious: bool) -> None:
@@ -62,7 +82,9 @@ def to_syslog(line: str, serious: bool) -> None:
 
 
 def evidence_wanted(run) -> bool:
-    return run.decision.kind in ("drain", "resume", "blocked") or bool(run.tally.confirmed)
+    remedy = getattr(run, "remediation", None)
+    return run.decision.kind in ("drain", "resume", "blocked") or bool(run.tally.confirmed) or \
+        (remedy is not None and remedy.applied.done)
 
 
 def write_all(run, state_dir: str, textfile_dir: str, use_syslog: bool) -> List[str]:

@@ -44,6 +44,7 @@ class HealthRun:
     notes: List[str] = field(default_factory=list)      # extra log lines (budget, undone drains)
     state: Optional[node_state.NodeState] = None
     checks: List[str] = field(default_factory=list)     # the tier's check ids (for per-check metrics)
+    remediation: Optional[Any] = None                   # gate.Outcome of the remediation's step ([remediate])
 
     @property
     def contract_decision(self) -> str:
@@ -80,6 +81,11 @@ class HealthRun:
             "notes": self.notes,
             "time": self.started,
             "duration_ms": int(self.duration_s * 1000),
+            "remediation": None if self.remediation is None else {
+                "step": self.remediation.decision.kind, "rule": self.remediation.decision.rule,
+                "why": self.remediation.decision.why, "done": self.remediation.applied.done,
+                "scontrol": self.remediation.applied.argv if self.remediation.decision.changes_slurm else None,
+                "error": self.remediation.applied.error},
         }
 
 
@@ -121,9 +127,11 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
                            unseen=unseen(report.findings), boot_id=boot, now=started)
     with gate.session(config, backend, node, state_dir=sources.state_dir, policy=policy, dry_run=dry_run) as door:
         outcome = door.submit(request)
+        remedy = None if dry_run else door.remediate(boot, started)
         result = HealthRun(node=node, report=report, decision=outcome.decision, applied=outcome.applied,
                            tally=counted, boot_id=boot, in_grace=in_grace, dry_run=dry_run, started=started,
-                           notes=outcome.notes, checks=list(config.tier(TIER)))
+                           notes=outcome.notes + (remedy.notes if remedy else []), checks=list(config.tier(TIER)),
+                           remediation=remedy)
         if not dry_run:
             result.state = node_state.NodeState(
                 boot_id=boot, runs_in_boot=runs_in_boot, failing=counted.failing, xid_boots=counted.xid_boots,

@@ -128,6 +128,45 @@ def rebooting(nodes: Sequence[Any], this: str) -> List[str]:
     return sorted(n.name for n in nodes if n.name != this and n.has(*REBOOT_PENDING_FLAGS))
 
 
-def inspect_keys(reboots: int) -> Mapping[str, str]:
-    """The keys our reason gains when remediation gives up: ``reboots:2``."""
-    return {"reboots": str(reboots)}
+# Our reason's keys that remediation adds: the node is drained for inspection after N reboots
+# (``reboots:2``; the summary then starts with "inspect"), or claims a turn to reboot within the
+# cluster-wide budget (``next:reboot``, for the few seconds until the others' claims are seen).
+INSPECT_KEY = "reboots"
+CLAIM_KEY, CLAIM_VALUE = "next", "reboot"
+
+
+def reason_with(reason: Any, keys: Mapping[str, str], summary: Optional[str] = None) -> Any:
+    """A DrainReason with ``keys`` added (an empty value removes the key), the summary replaced
+    when given."""
+    from dataclasses import replace as _replace
+
+    merged = {k: v for k, v in dict(reason.keys, **keys).items() if v}
+    return _replace(reason, keys=merged, summary=reason.summary if summary is None else summary)
+
+
+def inspect_reason(reason: Any, reboots: int) -> Any:
+    """Our reason once remediation gives up: ``... reboots:2; inspect: <what it was>``."""
+    summary = reason.summary[len("inspect: "):] if reason.summary.startswith("inspect: ") else reason.summary
+    return reason_with(reason, {INSPECT_KEY: str(reboots), CLAIM_KEY: ""},
+                       f"inspect: back after {reboots} reboot{'s' if reboots != 1 else ''}: {summary}")
+
+
+def claiming(reason: Any) -> bool:
+    return reason is not None and reason.keys.get(CLAIM_KEY) == CLAIM_VALUE
+
+
+def reboot_turn(nodes: Sequence[Any], this: str, limit: int, prefix: str) -> bool:
+    """Whether ``this`` node may reboot now: the nodes Slurm reboots already come first, then the
+    nodes whose reason of ours claims a turn (``next:reboot``), by name; the first ``limit`` get
+    one. Every claimant reads the same nodes after the same settle time, so they agree."""
+    from ..drain_reason import parse_reason
+
+    if limit <= 0:
+        return True
+    busy = sorted(n.name for n in nodes if n.name != this and n.has(*REBOOT_PENDING_FLAGS))
+    claims = sorted(n.name for n in nodes if not n.has(*REBOOT_PENDING_FLAGS)
+                    and claiming(parse_reason(n.reason, prefix) if n.reason else None))
+    order = busy + [name for name in claims if name not in busy]
+    if this not in order:
+        order.append(this)
+    return order.index(this) < limit

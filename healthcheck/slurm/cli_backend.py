@@ -10,7 +10,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..safeio import programs
-from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, local_epoch, one_node, resume_argv
+from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, local_epoch, one_node, reboot_argv, resume_argv
 
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 FIELD_SEPARATOR = "\x1f"   # cannot appear in a typed comment, unlike "|"
@@ -204,6 +204,9 @@ class CliBackend:
 
     def resume(self, name: str) -> None:
         self.run("scontrol", resume_argv(one_node(name)))
+
+    def reboot(self, name: str, reason: str) -> None:
+        self.run("scontrol", reboot_argv(one_node(name), reason))
 
     # -- jobs ------------------------------------------------------------------------------
     def job(self, job_id: str) -> Optional[JobInfo]:

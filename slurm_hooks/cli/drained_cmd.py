@@ -33,7 +33,21 @@ def _iso(epoch: Optional[float]) -> Optional[str]:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(epoch)) if epoch else None
 
 
-def row(node: NodeInfo, prefix: str, state_dir: str) -> Dict[str, Any]:
+def remediation_state(node: NodeInfo, record, parsed, state_dir: str, policy) -> Dict[str, Any]:
+    """``reboots`` (spent on this drain's fault signature within [remediate] window_s) and ``next``
+    (the remediation's next step, ``healthcheck/remediate/plan.py``), from the ledger alone."""
+    import time as _time
+
+    from healthcheck.actions.gate import _signature, situation_of
+    from healthcheck.remediate import ledger as ledgers
+    from healthcheck.remediate.plan import next_step
+
+    ledger = ledgers.load(state_dir, node.name)
+    situation = situation_of(record, node, parsed, ledger, _signature(record), "", _time.time(), policy)
+    return {"reboots": situation.reboots, "next": next_step(situation, policy).kind}
+
+
+def row(node: NodeInfo, prefix: str, state_dir: str, remediate=None) -> Dict[str, Any]:
     from healthcheck.health import state as node_state
 
     ours = is_ours(node.reason, prefix)
@@ -41,6 +55,7 @@ def row(node: NodeInfo, prefix: str, state_dir: str) -> Dict[str, Any]:
     recommended = None
     cause = None
     drained_by = None
+    remedy: Dict[str, Any] = {"reboots": None, "next": None}
     if ours:
         parsed = parse_reason(node.reason, prefix)
         cause = parsed.cause if parsed is not None and parsed.check else None
@@ -49,11 +64,13 @@ def row(node: NodeInfo, prefix: str, state_dir: str) -> Dict[str, Any]:
             evidence = record.evidence
             recommended = RECOMMENDED.get(record.resume_mode, "").format(node=node.name) or None
             drained_by = record.by or None
+            if remediate is not None:
+                remedy = remediation_state(node, record, parsed, state_dir, remediate)
     elif node.reason:
         recommended = f"not drained by this tool: ask {node.reason_user or 'whoever set it'}"
     return {"node": node.name, "state": node.state, "reason": node.reason or None, "ours": ours,
             "set_by": node.reason_user or None, "since": _iso(node.reason_epoch), "since_epoch": node.reason_epoch,
-            "cause": cause, "evidence": evidence, "recommended": recommended, "drained_by": drained_by}
+            "cause": cause, "evidence": evidence, "recommended": recommended, "drained_by": drained_by, **remedy}
 
 
 @click.command()
@@ -72,7 +89,10 @@ def drained(config_path: Optional[str], show_all: bool, as_json: bool) -> None:
         nodes = _backend(config).sinfo_nodes()
     except SlurmError as exc:
         fail(str(exc), code=1)
-    rows = [row(node, prefix, config.state_dir) for node in nodes
+    from healthcheck.remediate.plan import RemediatePolicy
+
+    remediate = RemediatePolicy.from_config(config)
+    rows = [row(node, prefix, config.state_dir, remediate) for node in nodes
             if show_all or node.drained or node.down or node.has("FAIL")]
     if as_json:
         click.echo(json.dumps(rows, indent=2, sort_keys=True))
@@ -87,6 +107,8 @@ def drained(config_path: Optional[str], show_all: bool, as_json: bool) -> None:
                                  f"{item['since'] or '-':<24} {item['reason'] or ''}"))
         if item["recommended"]:
             click.echo(terminal_safe(f"{'':12} -> {item['recommended']}"))
+        if item["next"] not in (None, "none"):
+            click.echo(f"{'':12} -> remediation: next {item['next']}, reboots spent {item['reboots']}")
 
 
 @click.command()

@@ -1,0 +1,160 @@
+"""Remediation through the drain gate, on a simulated node with the FakeBackend standing in for
+Slurm's answers (a unit test: what Slurm does with the reboot is the lab's to prove): a GPU
+lost once is rebooted through Slurm and back in service; a lemon gets exactly max_reboots reboots,
+then our reason says inspect and nothing more happens; the cluster-wide budget; off by default."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from healthcheck.actions import gate
+from healthcheck.config import Config
+from healthcheck.health.run import run_health
+from healthcheck.remediate import ledger as ledgers
+from healthcheck.sim.node import SimNode
+from healthcheck.slurm.backend import reboot_argv
+from healthcheck.sources import sim_sources
+
+from .checks_support import HARDWARE
+from .conftest import SIM_PROFILES
+from .fake_backend import FakeBackend
+
+PROFILE = os.path.join(SIM_PROFILES, "h100-healthy.toml")
+
+
+@pytest.fixture(autouse=True)
+def no_settle(monkeypatch):
+    monkeypatch.setattr(gate, "BUDGET_SETTLE_S", 0.0)
+
+
+def make_config(tmp_path, health=None, **remediate):
+    doc = {"paths": {"state_dir": str(tmp_path)}, "gpu": {"backend": "sim", "probe_timeout_s": 10},
+           "sim": {"profile": PROFILE}, "nodes": [dict(match="gpu*", **HARDWARE["H100"])],
+           "health": dict({"syslog": False}, **(health or {})), "remediate": dict({"enabled": True}, **remediate)}
+    return Config.from_document(doc, None)
+
+
+class Cluster:
+    def __init__(self, tmp_path, names=("gpu1", "gpu2", "gpu3"), health=None, **remediate):
+        self.state_dir = str(tmp_path)
+        self.config = make_config(tmp_path, health, **remediate)
+        self.slurm = FakeBackend()
+        self.sims = {}
+        for name in names:
+            self.slurm.add_node(name)
+            self.sims[name] = SimNode(self.state_dir, name, PROFILE)
+            self.sims[name].ensure()
+            self.run(name)                       # the boot's grace run
+
+    def run(self, name):
+        return run_health(self.config, name, self.slurm, sim_sources(name, self.state_dir, PROFILE))
+
+    def reboot(self, name):
+        """What the lab's RebootProgram and Slurm do: the node reboots and nextstate=RESUME."""
+        self.sims[name].reboot()
+        self.slurm.finish_reboot(name)
+
+
+def test_off_by_default_nothing_is_rebooted(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",), enabled=False)
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    for _ in range(3):
+        result = cluster.run("gpu1")
+    assert result.remediation is None and [c[0] for c in cluster.slurm.writes()] == ["drain"]
+
+
+def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    drained = cluster.run("gpu1")
+    assert drained.decision.kind == "drain"
+    # The same run asked for the reboot: drained by us, idle, a cause a reboot clears.
+    assert drained.remediation.decision.kind == "reboot" and drained.remediation.applied.done
+    reason = cluster.slurm.node("gpu1").reason
+    assert reason.startswith("gpu-hooks: v1 gpu.lost gpu3; ")
+    assert cluster.slurm.scontrol_argvs()[-1] == reboot_argv("gpu1", reason)
+    waiting = cluster.run("gpu1")          # Slurm has not rebooted it yet: nothing asked twice
+    assert waiting.remediation.decision.rule == "remediate-reboot-pending"
+    shown = drained_row(cluster, "gpu1")
+    assert (shown["reboots"], shown["next"]) == (1, "wait-reboot") and shown["evidence"]
+    # the drain, the claim of a turn within the reboot budget (next:reboot), the reboot
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "reboot"]
+    assert " next:reboot; " in cluster.slurm.writes()[1][2] and "next:" not in reason
+    cluster.reboot("gpu1")
+    back = cluster.run("gpu1")
+    assert back.decision.kind == "none" and not cluster.slurm.node("gpu1").drained
+    entry = next(iter(ledgers.load(cluster.state_dir, "gpu1").entries.values()))
+    [episode] = entry.episodes
+    assert episode.outcome == "resumed" and len(episode.reboots) == 1
+    assert episode.drained_at <= episode.reboots[0] <= episode.resumed_at
+
+
+def test_the_fault_signature_names_the_gpu_by_uuid_where_the_evidence_has_it():
+    from healthcheck.health.state import Drained
+
+    evidence = [{"check": "gpu.ecc.uncorrectable", "gpu": 3, "uuid": "GPU-abc"}, {"gpu": 5, "uuid": "GPU-other"}]
+    record = Drained(cause="gpu.ecc.uncorrectable gpu3", resume_mode="after_reboot", boot_id="b", at=1.0,
+                     evidence=evidence)
+    assert gate._signature(record) == "gpu.ecc.uncorrectable gpu3 GPU-abc"
+    lost = Drained(cause="gpu.lost gpu3", resume_mode="after_reboot", boot_id="b", at=1.0,
+                   evidence=[{"check": "gpu.lost", "gpu": 3, "uuid": None}])
+    assert gate._signature(lost) == "gpu.lost gpu3"      # a GPU lost before NVML named it
+
+
+def test_a_lemon_gets_exactly_max_reboots_then_inspection_and_is_left_alone(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",), max_reboots=2)
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost"), ("gpu.3.lost_every_boot", True)])
+    reboots = 0
+    for _ in range(6):
+        result = cluster.run("gpu1")
+        if result.remediation is not None and result.remediation.decision.kind == "reboot":
+            reboots += 1
+            cluster.reboot("gpu1")
+    assert reboots == 2
+    node = cluster.slurm.node("gpu1")
+    assert node.drained and " reboots:2; inspect: back after 2 reboots: " in node.reason
+    writes = [c[0] for c in cluster.slurm.writes()]
+    # (drain, claim, reboot) twice, then the drain and the inspect reason
+    assert writes == ["drain", "drain", "reboot"] * 2 + ["drain", "drain"]
+    for _ in range(3):                      # left alone: no reboot, no resume, no new reason
+        assert cluster.run("gpu1").remediation.decision.rule == "remediate-inspecting"
+    assert [c[0] for c in cluster.slurm.writes()] == writes
+    shown = drained_row(cluster, "gpu1")
+    assert (shown["reboots"], shown["next"]) == (2, "inspecting")
+
+
+def drained_row(cluster, name):
+    """What `slurm-gpu drained --json` shows for the node."""
+    from healthcheck.remediate.plan import RemediatePolicy
+    from slurm_hooks.cli.drained_cmd import row
+
+    return row(cluster.slurm.node(name), "gpu-hooks:", cluster.state_dir, RemediatePolicy.from_config(cluster.config))
+
+
+def test_the_reboot_budget_holds_in_a_storm_on_every_node(tmp_path):
+    cluster = Cluster(tmp_path, health={"budget_enabled": False}, max_rebooting_nodes=1)   # every node drains
+    for sim in cluster.sims.values():
+        sim.inject([("gpu.0.state", "lost")])
+    for name in cluster.sims:
+        cluster.run(name)
+    rebooting = [n.name for n in cluster.slurm.nodes() if n.has("REBOOT_REQUESTED")]
+    assert rebooting == ["gpu1"]
+    assert all(cluster.slurm.node(n).drained for n in ("gpu2", "gpu3"))
+    assert all("next:reboot" not in cluster.slurm.node(n).reason for n in cluster.sims)
+    cluster.reboot("gpu1")
+    for name in cluster.sims:
+        cluster.run(name)
+    assert [n.name for n in cluster.slurm.nodes() if n.has("REBOOT_REQUESTED")] == ["gpu2"]
+
+
+def test_claims_made_at_the_same_moment_agree_on_whose_turn_it_is():
+    from healthcheck.remediate.plan import reboot_turn
+    from healthcheck.slurm.backend import NodeInfo
+
+    claim = "gpu-hooks: v1 gpu.lost gpu0 next:reboot; x"
+    nodes = [NodeInfo(f"gpu{i}", "IDLE+DRAIN", reason=claim) for i in (1, 2, 3)]
+    assert [reboot_turn(nodes, n.name, 1, "gpu-hooks:") for n in nodes] == [True, False, False]
+    assert [reboot_turn(nodes, n.name, 2, "gpu-hooks:") for n in nodes] == [True, True, False]
+    nodes.append(NodeInfo("gpu9", "DOWN+DRAIN+REBOOT_ISSUED", reason="gpu-hooks: v1 gpu.lost gpu1; y"))
+    assert [reboot_turn(nodes, n.name, 2, "gpu-hooks:") for n in nodes[:3]] == [True, False, False]
