@@ -60,20 +60,25 @@ def lab() -> None:
 
 @lab.command()
 @dir_option
+@click.option("--slurm", "version", metavar="VERSION", envvar="SLURM_GPU_LAB_RELEASE", default=None,
+              help="The Slurm release to run: 22.05 (the host's Debian 12 packages), 24.11 (Debian 13) or "
+                   "26.05 (Debian unstable), each from Debian's own packages; the newer ones in a root "
+                   "filesystem built once with debootstrap. Default: $SLURM_GPU_LAB_RELEASE, else "
+                   "the lab's default release. Another release than the lab ran starts it from nothing.")
 @click.option("--health-interval", "health_interval", type=click.IntRange(min=0, max=86400), default=None,
               metavar="SECONDS", help="slurm.conf's HealthCheckInterval (default: 10); a change restarts "
               "slurmctld and the slurmd, and the next `lab up` without it goes back to 10.")
 @_guarded
-def up(directory: Optional[str], health_interval: Optional[int]) -> None:
+def up(directory: Optional[str], version: Optional[str], health_interval: Optional[int]) -> None:
     """Install what is missing, start every daemon and one slurm-gpu-watch per node, install the
     hooks (idempotent).
 
-    Example: slurm-gpu lab up
+    Example: slurm-gpu lab up --slurm 24.11
     """
     from slurm_hooks.lab import cluster
 
     paths = _lab_paths(directory)
-    cluster.up(paths, click.echo, health_interval=health_interval)
+    cluster.up(paths, click.echo, version, health_interval=health_interval)
     for line in cluster.describe_up(paths):
         click.echo(line)
 
@@ -101,16 +106,18 @@ def status(directory: Optional[str], as_json: bool) -> None:
 
     Example: slurm-gpu lab status --json
     """
-    from slurm_hooks.lab import cluster
+    from slurm_hooks.lab import cluster, releases
 
     paths = _lab_paths(directory)
     rows, states, detail = cluster.status(paths)
     running = [name for name, pid in rows if pid]
+    release = releases.current(paths)
     if as_json:
         click.echo(json.dumps({"dir": paths.root, "daemons": {n: p for n, p in rows},
-                               "nodes": states}, indent=2, sort_keys=True))
+                               "nodes": states, "slurm": release.version}, indent=2, sort_keys=True))
     else:
         click.echo(f"lab directory: {paths.root}")
+        click.echo(f"slurm: {release.describe()}")
         for name, pid in rows:
             click.echo(f"  {name:<12} {'running, pid ' + str(pid) if pid else 'stopped'}")
         for line in detail:

@@ -17,9 +17,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 from . import LabError
 from . import daemons as D
 from . import paths as P
-from . import render
+from . import releases, render, rootfs
 from . import watchers
-from .install import binary, ensure_packages
+from .install import command, ensure_packages
 from .paths import LabPaths
 from .commands import run, slurm_env
 
@@ -56,7 +56,7 @@ def make_dir(path: str, mode: int = 0o755) -> str:
 def prepare_tree(lab: LabPaths) -> None:
     make_dir(lab.root)
     for path in (lab.etc, lab.sim_profiles, lab.hooks, lab.var, lab.log, lab.run, lab.spool,
-                 lab.fakedev, lab.state, lab.jobs):
+                 lab.fakedev, lab.state, lab.jobs, lab.bin, lab.rootfs_dir):
         make_dir(path)
     make_dir(lab.ctld_state, 0o700)
     for node in P.NODES:
@@ -122,7 +122,7 @@ def copy_sim_profiles(lab: LabPaths) -> None:
 
 def render_all(lab: LabPaths, opts: Optional[render.RenderOptions] = None) -> List[str]:
     """Write every generated file; return those that changed."""
-    opts = opts or render.RenderOptions.here()
+    opts = opts or render.RenderOptions.for_release(lab, releases.current(lab))
     try:
         files = render.all_files(lab, opts, db_password(lab))
     except ValueError as exc:
@@ -225,25 +225,61 @@ def check_lab_dir(lab: LabPaths) -> None:
         _check_safe_dir(lab.root)
 
 
-def up(lab: LabPaths, echo: Callable[[str], None], health_interval: Optional[int] = None) -> Dict[str, object]:
-    """``health_interval``: slurm.conf's HealthCheckInterval (None: the lab's default, 10 s)."""
+def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None,
+       health_interval: Optional[int] = None) -> Dict[str, object]:
+    """Bring the lab up on Slurm ``version`` (None: the default release). ``health_interval``:
+    slurm.conf's HealthCheckInterval (None: the lab's default, 10 s)."""
     require_root()
     check_lab_dir(lab)
+    release = releases.get(version)
     with machine_lock(echo, "lab up"):
-        return _up(lab, echo, health_interval)
+        return _up(lab, echo, release, health_interval)
 
 
-def _up(lab: LabPaths, echo: Callable[[str], None], health_interval: Optional[int] = None) -> Dict[str, object]:
+# A lab directory from before `--slurm` ran the host's 22.05.
+LEGACY_RELEASE = "22.05"
+
+
+def switch_release(lab: LabPaths, release: releases.Release, echo: Callable[[str], None]) -> Optional[str]:
+    """When the lab last ran another release: stop it (with its own commands) and remove the
+    state no other release can read (slurmctld's and slurmd's state, the database, the hooks'
+    state). Logs and job output stay. The release it ran before, when it switched."""
+    if not os.path.isdir(lab.root):
+        return None
+    before = releases.recorded(lab) or (LEGACY_RELEASE if os.path.isdir(lab.ctld_state) else None)
+    if before is None or before == release.version:
+        return None
+    _down(lab, echo)
+    for path in (lab.ctld_state, lab.spool, lab.mysql, lab.state):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+    return before
+
+
+def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
+        health_interval: Optional[int] = None) -> Dict[str, object]:
     began = time.monotonic()
-    installed = ensure_packages(echo)
+    before = switch_release(lab, release, echo)
     prepare_tree(lab)
     say = make_say(lab, echo)
-    if installed:
-        say(f"installed {', '.join(installed)}")
+    if before:
+        say(f"switched the lab from Slurm {before} to {release.version}: stopped it and removed its state")
+    write_if_changed(lab.release_file, release.version + "\n", 0o644)
+    installed: List[str] = []
+    built: Optional[float] = None
+    if release.rootfs:
+        built = rootfs.build(lab, release, say)
+        rootfs.sync_etc(lab.rootfs(release.version))
+        rootfs.install_hooks(lab, release, say)
+    else:
+        installed = ensure_packages(echo)
+        if installed:
+            say(f"installed {', '.join(installed)}")
+    rootfs.write_wrappers(lab, release)
     table = D.daemons(lab)
     slurm_running = any(d.pid(lab) is not None for d in table if d.name.startswith("slurm"))
     copy_sim_profiles(lab)
-    opts = render.RenderOptions.here()
+    opts = render.RenderOptions.for_release(lab, release)
     if health_interval is not None:
         opts = dataclasses.replace(opts, health_interval=health_interval)
     changed = render_all(lab, opts)
@@ -275,12 +311,14 @@ def _up(lab: LabPaths, echo: Callable[[str], None], health_interval: Optional[in
                                                 for n in P.NODES), 30, log_hint=lab.log)
     started += watchers.start_all(lab, say)
     elapsed = time.monotonic() - began
-    say(f"lab up in {elapsed:.1f} s ({'started ' + ', '.join(started) if started else 'everything already ran'})")
-    return {"started": started, "seconds": elapsed, "installed": installed}
+    say(f"lab up ({release.describe()}) in {elapsed:.1f} s "
+        f"({'started ' + ', '.join(started) if started else 'everything already ran'})")
+    return {"started": started, "seconds": elapsed, "installed": installed, "release": release.version,
+            "rootfs_build_seconds": built}
 
 
 def describe_up(lab: LabPaths) -> List[str]:
-    lines = [f"lab directory: {lab.root}", "logs:"]
+    lines = [f"lab directory: {lab.root}", f"slurm: {releases.current(lab).describe()}", "logs:"]
     lines += [f"  {what:<18} {path}" for what, path in lab.log_files()]
     lines += ["use it from a shell:", '  eval "$(slurm-gpu lab env' +
               ("" if lab.root == P.DEFAULT_LAB_DIR else f" --dir {shlex.quote(lab.root)}") + ')"',
@@ -292,15 +330,15 @@ def describe_up(lab: LabPaths) -> List[str]:
 # -- down --------------------------------------------------------------------------------------
 def cancel_all_jobs(lab: LabPaths, say: Say) -> None:
     env = slurm_env(lab)
-    result = run([binary("squeue"), "-h", "-o", "%A"], env=env, check=False, timeout=10)
+    result = run([command(lab, "squeue"), "-h", "-o", "%A"], env=env, check=False, timeout=10)
     ids = [line.strip() for line in result.stdout.splitlines() if line.strip().isdigit()]
     if not ids:
         return
-    run([binary("scancel"), *ids], env=env, check=False, timeout=20)
+    run([command(lab, "scancel"), *ids], env=env, check=False, timeout=20)
     say(f"cancelled {len(ids)} job(s)")
 
     def settled() -> bool:
-        out = run([binary("squeue"), "-h", "-t", "R,CG,CF,S", "-o", "%A"], env=env, check=False, timeout=10)
+        out = run([command(lab, "squeue"), "-h", "-t", "R,CG,CF,S", "-o", "%A"], env=env, check=False, timeout=10)
         return out.returncode != 0 or not out.stdout.strip()
     try:
         D.wait_for("job cancellation", settled, 15)
@@ -353,7 +391,7 @@ def status(lab: LabPaths) -> Tuple[List[Tuple[str, Optional[int]]], Dict[str, st
     if dict(rows).get("slurmctld"):
         try:
             states = D.node_states(lab)
-            result = run([binary("sinfo"), "-N", "-o", "%N|%T|%G|%E"], env=slurm_env(lab), timeout=10)
+            result = run([command(lab, "sinfo"), "-N", "-o", "%N|%T|%G|%E"], env=slurm_env(lab), timeout=10)
             detail = list(dict.fromkeys(result.stdout.splitlines()))  # one line per node, not per partition
         except LabError as exc:
             detail = [f"sinfo: {exc}"]
@@ -361,6 +399,9 @@ def status(lab: LabPaths) -> Tuple[List[Tuple[str, Optional[int]]], Dict[str, st
 
 
 def env_lines(lab: LabPaths) -> List[str]:
+    """The lab's Slurm commands ($LAB/bin) come first in PATH: they run the lab's release."""
     return [f"export SLURM_CONF={shlex.quote(lab.slurm_conf)}",
             f"export SLURM_GPU_HOOKS_CONFIG={shlex.quote(lab.hooks_config)}",
-            f"export {P.LAB_DIR_ENV}={shlex.quote(lab.root)}"]
+            f"export {P.LAB_DIR_ENV}={shlex.quote(lab.root)}",
+            f"export {releases.RELEASE_ENV}={shlex.quote(releases.current(lab).version)}",
+            f"export PATH={shlex.quote(lab.bin)}:\"$PATH\""]

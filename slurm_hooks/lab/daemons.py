@@ -13,12 +13,12 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Set
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import LabError
 from . import paths as P
 from .boots import slurmd_prefix
-from .install import binary
+from .install import binary, command
 from .paths import LabPaths
 from .commands import clean_env, run, slurm_env
 
@@ -142,50 +142,60 @@ class Daemon:
         return None
 
 
-def _ensure_owned_dir(path: str, owner: str, mode: int) -> None:
-    import pwd
+def release_user(lab: LabPaths, name: str) -> Tuple[int, int]:
+    """(uid, gid) of a daemon's user as the release running the lab has it."""
+    from .releases import current
+    from .rootfs import user_ids
 
+    release = current(lab)
+    return user_ids(lab.rootfs(release.version) if release.rootfs else "", name)
+
+
+def _ensure_owned_dir(lab: LabPaths, path: str, owner: str, mode: int) -> None:
     os.makedirs(path, mode=mode, exist_ok=True)
     if os.path.islink(path) or not os.path.isdir(path):
         raise LabError(f"{path} is not a plain directory; refusing to use it")
-    record = pwd.getpwnam(owner)
-    os.chown(path, record.pw_uid, record.pw_gid, follow_symlinks=False)
+    uid, gid = release_user(lab, owner)
+    os.chown(path, uid, gid, follow_symlinks=False)
     os.chmod(path, mode)
 
 
 # munged ----------------------------------------------------------------------------------
 def _start_munged(lab: LabPaths) -> None:
-    import pwd
-
-    _ensure_owned_dir(lab.munge, "munge", 0o755)          # munged wants the socket dir 0755
-    _ensure_owned_dir(lab.munge_private, "munge", 0o700)  # key, seed, log
-    if not os.path.exists(lab.munge_key):
-        record = pwd.getpwnam("munge")
+    _ensure_owned_dir(lab, lab.munge, "munge", 0o755)          # munged wants the socket dir 0755
+    _ensure_owned_dir(lab, lab.munge_private, "munge", 0o700)  # key, seed, log
+    uid, gid = release_user(lab, "munge")
+    if os.path.exists(lab.munge_key):
+        os.chown(lab.munge_key, uid, gid, follow_symlinks=False)  # another release's munge user
+    else:
         fd = os.open(lab.munge_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
         try:
             os.write(fd, os.urandom(1024))
-            os.fchown(fd, record.pw_uid, record.pw_gid)
+            os.fchown(fd, uid, gid)
         finally:
             os.close(fd)
-    run([binary("runuser"), "-u", "munge", "--", binary("munged"),
+    for path in (lab.munge_log, lab.munge_seed):
+        if os.path.isfile(path) and not os.path.islink(path):
+            os.chown(path, uid, gid, follow_symlinks=False)
+    run([command(lab, "runuser"), "-u", "munge", "--", binary("munged"),
          f"--socket={lab.munge_socket}", f"--key-file={lab.munge_key}",
          f"--pid-file={lab.munge_pid}", f"--log-file={lab.munge_log}",
          f"--seed-file={lab.munge_seed}"], timeout=30)
 
 
 def _munge_ready(lab: LabPaths) -> bool:
-    cred = run([binary("munge"), "-n", "-S", lab.munge_socket], check=False, timeout=10)
+    cred = run([command(lab, "munge"), "-n", "-S", lab.munge_socket], check=False, timeout=10)
     if cred.returncode != 0:
         return False
-    return run([binary("unmunge"), "-S", lab.munge_socket], input=cred.stdout,
+    return run([command(lab, "unmunge"), "-S", lab.munge_socket], input=cred.stdout,
                check=False, timeout=10).returncode == 0
 
 
 # MariaDB ---------------------------------------------------------------------------------
 def _start_mariadbd(lab: LabPaths) -> None:
-    _ensure_owned_dir(lab.mysql, "mysql", 0o750)
+    _ensure_owned_dir(lab, lab.mysql, "mysql", 0o750)
     if not os.path.isdir(os.path.join(lab.mysql_data, "mysql")):
-        run([binary("mariadb-install-db"), "--no-defaults", "--user=mysql",
+        run([command(lab, "mariadb-install-db"), "--no-defaults", "--user=mysql",
              f"--datadir={lab.mysql_data}", "--auth-root-authentication-method=socket",
              "--skip-test-db"], timeout=180)
     if os.path.exists(lab.mysql_socket) and not os.path.islink(lab.mysql_socket):
@@ -193,7 +203,7 @@ def _start_mariadbd(lab: LabPaths) -> None:
     log = os.open(lab.mysql_log + ".stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o640)
     try:
         subprocess.Popen(
-            [binary("mariadbd"), "--no-defaults", "--user=mysql", f"--datadir={lab.mysql_data}",
+            [command(lab, "mariadbd"), "--no-defaults", "--user=mysql", f"--datadir={lab.mysql_data}",
              f"--socket={lab.mysql_socket}", f"--port={P.MARIADB_PORT}", "--bind-address=127.0.0.1",
              f"--pid-file={lab.mysql_pid}", f"--log-error={lab.mysql_log}", "--skip-name-resolve",
              "--innodb-buffer-pool-size=128M", "--innodb-lock-wait-timeout=900"],
@@ -204,7 +214,7 @@ def _start_mariadbd(lab: LabPaths) -> None:
 
 
 def _mariadb_ready(lab: LabPaths) -> bool:
-    return run([binary("mariadb-admin"), "--no-defaults", f"--socket={lab.mysql_socket}", "-u", "root",
+    return run([command(lab, "mariadb-admin"), "--no-defaults", f"--socket={lab.mysql_socket}", "-u", "root",
                 "ping"], check=False, timeout=10).returncode == 0
 
 
@@ -216,7 +226,7 @@ def setup_database(lab: LabPaths, password: str) -> None:
         statements += [f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY '{password}'",
                        f"ALTER USER {user} IDENTIFIED BY '{password}'",
                        f"GRANT ALL ON {P.DB_NAME}.* TO {user}"]
-    run([binary("mariadb"), "--no-defaults", f"--socket={lab.mysql_socket}", "-u", "root", "--batch"],
+    run([command(lab, "mariadb"), "--no-defaults", f"--socket={lab.mysql_socket}", "-u", "root", "--batch"],
         input=";\n".join(statements) + ";\n", timeout=60)
 
 
@@ -232,7 +242,7 @@ def _start_slurmd(node: str) -> Callable[[LabPaths], None]:
     time namespace, so Slurm sees that boot's BootTime)."""
     def start(lab: LabPaths) -> None:
         prefix = slurmd_prefix(lab, node, binary("unshare"))
-        run(prefix + [binary("slurmd"), "-N", node], env=slurm_env(lab), timeout=60, cwd=lab.log)
+        run(prefix + [command(lab, "slurmd"), "-N", node], env=slurm_env(lab), timeout=60, cwd=lab.log)
     return start
 
 
@@ -241,13 +251,13 @@ def _slurmdbd_ready(lab: LabPaths) -> bool:
 
 
 def _slurmctld_ready(lab: LabPaths) -> bool:
-    result = run([binary("scontrol"), "ping"], env=slurm_env(lab), check=False, timeout=10)
+    result = run([command(lab, "scontrol"), "ping"], env=slurm_env(lab), check=False, timeout=10)
     return result.returncode == 0 and "is UP" in result.stdout
 
 
 def node_states(lab: LabPaths) -> Dict[str, str]:
     """node -> sinfo's long state, e.g. "idle", "down*", "drained", "mixed"."""
-    result = run([binary("sinfo"), "-h", "-N", "-o", "%N|%T"], env=slurm_env(lab), timeout=10)
+    result = run([command(lab, "sinfo"), "-h", "-N", "-o", "%N|%T"], env=slurm_env(lab), timeout=10)
     states: Dict[str, str] = {}
     for line in result.stdout.splitlines():
         node, _, state = line.strip().partition("|")
@@ -273,9 +283,9 @@ def daemons(lab: LabPaths) -> List[Daemon]:
         Daemon("munged", "munged", lab.munge_pid, lab.munge_log, _start_munged, _munge_ready, 15, 10),
         Daemon("mariadbd", "mariadbd", lab.mysql_pid, lab.mysql_log, _start_mariadbd, _mariadb_ready, 60, 30),
         Daemon("slurmdbd", "slurmdbd", lab.slurmdbd_pid, lab.slurmdbd_log,
-               _start_slurm([binary("slurmdbd")]), _slurmdbd_ready, 30, 15),
+               _start_slurm([command(lab, "slurmdbd")]), _slurmdbd_ready, 30, 15),
         Daemon("slurmctld", "slurmctld", lab.slurmctld_pid, lab.slurmctld_log,
-               _start_slurm([binary("slurmctld")]), _slurmctld_ready, 30, 15),
+               _start_slurm([command(lab, "slurmctld")]), _slurmctld_ready, 30, 15),
     ]
     for node in P.NODES:
         table.append(Daemon(f"slurmd {node}", "slurmd", lab.slurmd_pid(node), lab.slurmd_log(node),

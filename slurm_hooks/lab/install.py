@@ -6,6 +6,7 @@ import shutil
 from typing import Callable, List
 
 from . import LabError
+from .paths import LabPaths
 from .commands import clean_env, last_line, run
 
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server")
@@ -21,11 +22,23 @@ BINARIES = {
     "srun": "/usr/bin/srun", "runuser": "/usr/sbin/runuser",
     # util-linux: a rebooted node's slurmd runs in its own time namespace (slurm_hooks/lab/reboot.py)
     "unshare": "/usr/bin/unshare",
+    "sacctmgr": "/usr/bin/sacctmgr", "salloc": "/usr/bin/salloc", "sstat": "/usr/bin/sstat",
+    "sprio": "/usr/bin/sprio", "sshare": "/usr/bin/sshare", "sreport": "/usr/bin/sreport",
+    "sdiag": "/usr/bin/sdiag",
 }
 
 
 def binary(name: str) -> str:
+    """The binary's path as the release has it (the host's, or inside its root filesystem)."""
     return BINARIES[name]
+
+
+def command(lab: LabPaths, name: str) -> str:
+    """How the lab runs ``name`` from the host: the release's binary, through ``$LAB/bin`` when
+    the release lives in a root filesystem."""
+    from .releases import current
+
+    return os.path.join(lab.bin, name) if current(lab).rootfs else BINARIES[name]
 
 
 def missing_packages() -> List[str]:

@@ -15,6 +15,10 @@
       mysql/          the lab's own MariaDB: data/, socket, pid, log
       state/          the hooks' state_dir (hook-runs/ journal, sim/ live node state)
       jobs/           scenario job output (and the jobs' working directory)
+      bin/            the lab's Slurm commands (scontrol, sbatch, ...): wrappers that run the
+                      release the lab runs (``lab env`` puts them first in PATH)
+      rootfs/VERSION/ a release's Debian root filesystem (built once, kept by ``lab down``);
+      rootfs/debs/    the .debs debootstrap fetched
 """
 from __future__ import annotations
 
@@ -93,6 +97,22 @@ class LabPaths:
     @property
     def db_password_file(self) -> str:
         return self._p("etc", "db-password")
+
+    @property
+    def release_file(self) -> str:
+        """The Slurm release the lab was last brought up with ("24.11")."""
+        return self._p("etc", "release")
+
+    @property
+    def bin(self) -> str:
+        return self._p("bin")
+
+    @property
+    def rootfs_dir(self) -> str:
+        return self._p("rootfs")
+
+    def rootfs(self, version: str) -> str:
+        return self._p("rootfs", version)
 
     @property
     def hooks(self) -> str:

@@ -47,11 +47,29 @@ class RenderOptions:
     cgroup: bool = False
     select_params: str = "CR_Core_Memory"
     def_mem_per_cpu: int = P.REAL_MEMORY_MB // P.CPUS_PER_NODE // 2
+    # The root filesystem bin_dir and python are in ("" for the host), and the directory of the
+    # lab's Slurm commands the hooks' config names ([slurm] bin_dir; "" for the usual places).
+    rootfs: str = ""
+    slurm_bin: str = ""
 
     @classmethod
     def here(cls) -> "RenderOptions":
         return cls(host=short_hostname(), bin_dir=os.path.dirname(os.path.abspath(sys.executable)),
                    python=os.path.abspath(sys.executable), cgroup=cgroup_v1_memory() is None)
+
+    @classmethod
+    def for_release(cls, lab: LabPaths, release) -> "RenderOptions":
+        """The hooks of a root filesystem release run from its venv; every release's hooks
+        config names the lab's commands (``$LAB/bin``), which run that release's clients."""
+        from dataclasses import replace
+
+        from .rootfs import VENV
+
+        opts = replace(cls.here(), slurm_bin=lab.bin)
+        if release.rootfs:
+            opts = replace(opts, bin_dir=f"{VENV}/bin", python=f"{VENV}/bin/python",
+                           rootfs=lab.rootfs(release.version))
+        return opts
 
 
 CGROUP_MEMORY = "/sys/fs/cgroup/memory"
@@ -154,7 +172,8 @@ def hook_command(hook: str, opts: RenderOptions) -> List[str]:
     """How a wrapper runs a hook: the console script by absolute path, else the module."""
     _what, script, module = HOOKS[hook]
     path = os.path.join(opts.bin_dir, script)
-    if script and os.path.isfile(path) and os.access(path, os.X_OK):
+    seen = os.path.join(opts.rootfs, path.lstrip("/")) if opts.rootfs else path
+    if script and os.path.isfile(seen) and os.access(seen, os.X_OK):
         return [path]
     return [opts.python, "-I", "-m", module]
 
@@ -186,7 +205,8 @@ def hooks_config(lab: LabPaths, opts: RenderOptions, profiles: Optional[Dict[str
         sim_nodes=sim_nodes, node_match=toml_string(nodelist(opts.nodes)),
         gpus=P.GPUS_PER_NODE, ib_ports=", ".join(toml_string(port) for port in IB_PORTS),
         reason_prefix=toml_string(REASON_PREFIX),
-        gpu_devices=toml_string(os.path.join(lab.fakedev, "{node}")))
+        gpu_devices=toml_string(os.path.join(lab.fakedev, "{node}")),
+        slurm_bin=toml_string(opts.slurm_bin))
 
 
 def cgroup_conf() -> str:

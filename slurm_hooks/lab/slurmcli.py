@@ -7,7 +7,7 @@ from typing import Dict, List, Sequence
 from healthcheck.slurm import CliBackend, SlurmError
 from healthcheck.slurm.cli_backend import parse_scontrol_record as parse_oneliner  # noqa: F401 (lab API)
 from . import LabError
-from .install import binary
+from .install import command
 from .paths import LabPaths
 from .commands import run, slurm_env
 
@@ -26,14 +26,14 @@ class Slurm:
         self.lab = lab
         self.env = slurm_env(lab)
         # The product's own backend: the lab exercises it against a real Slurm.
-        self.backend = CliBackend(slurm_conf=lab.slurm_conf, env=self.env, timeout_s=30)
+        self.backend = CliBackend(bin_dir=lab.bin, slurm_conf=lab.slurm_conf, env=self.env, timeout_s=30)
 
     def _run(self, argv: Sequence[str], timeout: float = 20, check: bool = True):
         return run(argv, env=self.env, timeout=timeout, check=check, cwd=self.lab.jobs)
 
     # -- jobs ----------------------------------------------------------------------------------
     def sbatch(self, options: Sequence[str], script: str) -> str:
-        result = self._run([binary("sbatch"), "--parsable", *options, "--wrap", script], timeout=30)
+        result = self._run([command(self.lab, "sbatch"), "--parsable", *options, "--wrap", script], timeout=30)
         job_id = result.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise LabError(f"sbatch printed no job id: {result.stdout.strip()!r}")
@@ -49,14 +49,14 @@ class Slurm:
 
     def cancel(self, *job_ids: str) -> None:
         if job_ids:
-            self._run([binary("scancel"), *job_ids], check=False)
+            self._run([command(self.lab, "scancel"), *job_ids], check=False)
 
     def start_now(self, job_id: str) -> None:
         """A requeued job waits ~120 s (BeginTime); start it as soon as resources allow."""
-        self._run([binary("scontrol"), "update", f"jobid={job_id}", "StartTime=now"], check=False)
+        self._run([command(self.lab, "scontrol"), "update", f"jobid={job_id}", "StartTime=now"], check=False)
 
     def queue(self) -> List[Dict[str, str]]:
-        result = self._run([binary("squeue"), "-h", "-o", "%A|%j|%T"], check=False)
+        result = self._run([command(self.lab, "squeue"), "-h", "-o", "%A|%j|%T"], check=False)
         rows = []
         for line in result.stdout.splitlines():
             parts = line.strip().split("|")
@@ -74,7 +74,7 @@ class Slurm:
     # -- nodes ---------------------------------------------------------------------------------
     def nodes(self) -> Dict[str, Dict[str, str]]:
         """node -> {"state": long state, "reason": full reason} (sinfo -R cuts it to 20)."""
-        result = self._run([binary("sinfo"), "-h", "-N", "-o", "%N|%T|%E"])
+        result = self._run([command(self.lab, "sinfo"), "-h", "-N", "-o", "%N|%T|%E"])
         out: Dict[str, Dict[str, str]] = {}
         for line in result.stdout.splitlines():
             node, _, rest = line.partition("|")
@@ -91,5 +91,5 @@ class Slurm:
             raise LabError(str(exc)) from None
 
     def ping(self) -> bool:
-        result = self._run([binary("scontrol"), "ping"], check=False, timeout=10)
+        result = self._run([command(self.lab, "scontrol"), "ping"], check=False, timeout=10)
         return result.returncode == 0 and "is UP" in result.stdout

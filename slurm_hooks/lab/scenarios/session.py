@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -13,8 +12,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from .. import LabError
 from .. import daemons as D
 from .. import paths as P
-from .. import render
+from .. import render, rootfs
 from ..paths import LabPaths
+from ..releases import current
 from ..commands import run, slurm_env, slurm_gpu_argv
 from ..slurmcli import Slurm, is_final
 from .results import JobResult
@@ -110,7 +110,7 @@ class LabSession:
         args = list(payload)
         if args and args[0] == "train":
             args += ["--config", self.lab.hooks_config]
-        command = [sys.executable, "-m", "slurm_hooks.lab.payload", *args]
+        command = [rootfs.python(self.lab, current(self.lab)), "-m", "slurm_hooks.lab.payload", *args]
         line = " ".join(shlex.quote(part) for part in command)
         if scenario.srun:
             return f"exec /usr/bin/srun {line}"
