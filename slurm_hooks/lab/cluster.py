@@ -243,14 +243,15 @@ LEGACY_RELEASE = "22.05"
 def switch_release(lab: LabPaths, release: releases.Release, echo: Callable[[str], None]) -> Optional[str]:
     """When the lab last ran another release: stop it (with its own commands) and remove the
     state no other release can read (slurmctld's and slurmd's state, the database, the hooks'
-    state). Logs and job output stay. The release it ran before, when it switched."""
+    state) and the job output (job ids start again at 1: an old ``<scenario>-<id>.out`` would
+    pass for a new job's). Logs stay. The release it ran before, when it switched."""
     if not os.path.isdir(lab.root):
         return None
     before = releases.recorded(lab) or (LEGACY_RELEASE if os.path.isdir(lab.ctld_state) else None)
     if before is None or before == release.version:
         return None
     _down(lab, echo)
-    for path in (lab.ctld_state, lab.spool, lab.mysql, lab.state):
+    for path in (lab.ctld_state, lab.spool, lab.mysql, lab.state, lab.jobs):
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
     return before
