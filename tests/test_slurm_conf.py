@@ -91,3 +91,23 @@ def test_a_bin_dir_slurm_cannot_use_is_one_line(bin_dir, needle):
 def test_an_interval_too_short_is_refused():
     result = run_cli(["slurm-conf", "--bin-dir", STABLE, "--interval", "1"])
     assert result.exit_code == 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("release, added", [
+    ("22.05", []), ("24.11", []), ("25.05", ["PrologTimeout", "EpilogTimeout"]),
+    ("25.11", ["PrologTimeout", "EpilogTimeout"]),
+    ("26.05", ["PrologTimeout", "EpilogTimeout", "HealthCheckTimeout"])])
+def test_settings_a_release_added_are_printed_only_for_that_release_and_later(release, added):
+    base = run_cli(["slurm-conf", "--bin-dir", STABLE, "--slurm", "22.05"])
+    result = run_cli(["slurm-conf", "--bin-dir", STABLE, "--slurm", release])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith(base.stdout)
+    extra = settings(result.stdout[len(base.stdout):])
+    assert list(extra) == added
+    assert all(value == "60" for value in extra.values())
+
+
+def test_a_release_that_is_not_one_is_one_line_and_nonzero():
+    result = run_cli(["slurm-conf", "--bin-dir", STABLE, "--slurm", "latest"])
+    assert result.exit_code != 0
+    assert "not a Slurm release" in result.stderr and "Traceback" not in result.stderr

@@ -2,6 +2,12 @@
 
 Hooks run with no PATH (HealthCheckProgram, EpilogSlurmctld), so binaries are found by
 absolute path; every call has a timeout and an argument list (no shell).
+
+Version-aware: the backend learns the release once (``scontrol --version``). From 23.02 on
+(data_parser) jobs and nodes are read from ``scontrol --json show job|node``, where no text a
+user chose can pose as a field; 22.05 (and a release it cannot tell) is read from the text
+outputs as before. Field names per release: docs/slurm-versions.md, captures in
+tests/fixtures/slurm/releases/.
 """
 from __future__ import annotations
 
@@ -129,6 +135,152 @@ def _exit_code(raw: str) -> str:
     return f"{os.WEXITSTATUS(status)}:{signal}"
 
 
+# -- releases and their JSON (data_parser 0.0.40+: 23.11 and later; 23.02 has 0.0.39) ---------
+JSON_SINCE = (23, 2)
+_VERSION = re.compile(r"^slurm(?:-wlm)?\s+(\d+)\.(\d+)", re.MULTILINE)
+
+
+def parse_version(text: str) -> Optional[Tuple[int, int]]:
+    """``scontrol --version``'s "slurm-wlm 24.11.5" / "slurm 26.05.5" as (24, 11); None otherwise."""
+    match = _VERSION.search(text.strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def json_number(value) -> Optional[int]:
+    """data_parser numbers: a plain number (0.0.38/39) or {"set", "infinite", "number"} (0.0.40+);
+    None when unset or infinite."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, dict):
+        if value.get("set") is False or value.get("infinite"):
+            return None
+        number = value.get("number")
+        return int(number) if isinstance(number, (int, float)) and not isinstance(number, bool) else None
+    return None
+
+
+def _local_time(value, unset: str) -> str:
+    """An epoch as scontrol prints it (the controller's local time); ``unset`` for 0 or none."""
+    import time
+
+    number = json_number(value)
+    if not number:
+        return unset
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(number))
+
+
+def _json_exit(value) -> str:
+    """data_parser's exit code ({"return_code", "signal": {"id"}} or a raw wait status) as "exit:signal"."""
+    if isinstance(value, dict) and ("return_code" in value or "signal" in value):
+        code = json_number(value.get("return_code")) or 0
+        signal = value.get("signal")
+        number = json_number(signal.get("id")) if isinstance(signal, dict) else None
+        return f"{code}:{number or 0}"
+    number = json_number(value)
+    return _exit_code(str(number)) if number is not None else ""
+
+
+# scontrol's job_state_string(): a flag, when set, is what it prints instead of the base state.
+_STATE_FLAGS_SHOWN = ("COMPLETING", "CONFIGURING", "RESIZING", "RESV_DEL_HOLD", "REQUEUED", "REQUEUE_FED",
+                      "REQUEUE_HOLD", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "SIGNALING")
+
+
+def _job_state(value) -> str:
+    states = [str(item).upper() for item in value] if isinstance(value, list) else [str(value or "").upper()]
+    for flag in _STATE_FLAGS_SHOWN:
+        if flag in states[1:]:
+            return flag
+    return states[0] if states else ""
+
+
+def job_fields_from_json(item: Dict) -> Dict[str, str]:
+    """One job of ``scontrol --json show job`` under scontrol's text keys (``JobInfo.fields``).
+    Every value comes from its own JSON field: a job name or comment cannot pose as another."""
+    def text(key: str) -> str:
+        value = item.get(key)
+        return "" if value is None else str(value)
+
+    def ident(name_key: str, id_key: str) -> str:
+        number = json_number(item.get(id_key))
+        return f"{text(name_key)}({'' if number is None else number})"
+
+    fields = {
+        "JobId": str(json_number(item.get("job_id")) or ""), "JobName": text("name"),
+        "UserId": ident("user_name", "user_id"), "GroupId": ident("group_name", "group_id"),
+        "JobState": _job_state(item.get("job_state")),
+        "Reason": "".join("_" if ch.isspace() else ch for ch in text("state_reason")) or "None",
+        "Requeue": "1" if item.get("requeue") else "0",
+        "Restarts": str(json_number(item.get("restart_cnt")) or 0),
+        "ExitCode": _json_exit(item.get("exit_code")),
+        "DerivedExitCode": _json_exit(item.get("derived_exit_code")),
+        "StartTime": _local_time(item.get("start_time"), "Unknown"),
+        "EndTime": _local_time(item.get("end_time"), "Unknown"),
+        "PreemptTime": _local_time(item.get("preempt_time"), "None"),
+        "NodeList": text("nodes") or "(null)", "BatchHost": text("batch_host"),
+        "Partition": text("partition"), "StdOut": text("standard_output"), "StdErr": text("standard_error"),
+        "WorkDir": text("current_working_directory"),
+    }
+    nodes = json_number(item.get("node_count"))
+    if nodes is not None:
+        fields["NumNodes"] = str(nodes)
+    for key, json_key in (("AdminComment", "admin_comment"), ("Comment", "comment")):
+        if text(json_key):
+            fields[key] = text(json_key)
+    array_job = json_number(item.get("array_job_id"))
+    if array_job:
+        fields["ArrayJobId"] = str(array_job)
+        task = json_number(item.get("array_task_id"))
+        if task is not None:
+            fields["ArrayTaskId"] = str(task)
+    het_job = json_number(item.get("het_job_id"))
+    if het_job:
+        fields["HetJobId"] = str(het_job)
+        fields["HetJobOffset"] = str(json_number(item.get("het_job_offset")) or 0)
+    return {key: value for key, value in fields.items() if value != "" or key in ("JobName",)}
+
+
+def select_json_job(doc: object, job_id: str) -> Optional[Dict]:
+    """The job ``job_id`` names among ``scontrol --json show job``'s jobs (an array job's id lists
+    every task, a heterogeneous leader's every component): "524" is job 524 itself, "524_7"
+    array task 7 of 524, "524+1" component 1 of 524."""
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        return None
+    job_id = str(job_id)
+    for item in jobs:
+        if not isinstance(item, dict):
+            continue
+        if "_" in job_id:
+            parent, _, task = job_id.partition("_")
+            if str(json_number(item.get("array_job_id"))) == parent and str(json_number(item.get("array_task_id"))) == task:
+                return item
+        elif "+" in job_id:
+            leader, _, offset = job_id.partition("+")
+            if str(json_number(item.get("het_job_id"))) == leader and str(json_number(item.get("het_job_offset"))) == offset:
+                return item
+        elif str(json_number(item.get("job_id"))) == job_id:
+            return item
+    return None
+
+
+def node_from_json(item: Dict) -> NodeInfo:
+    """One node of ``scontrol --json show node`` (0.0.40+: ``state`` a list of base state and
+    flags) or of ``sinfo --json`` on 22.05 (0.0.38: ``state`` and ``state_flags``)."""
+    raw_state = item.get("state")
+    if isinstance(raw_state, list):
+        words = [str(word).upper() for word in raw_state] or ["UNKNOWN"]
+    else:
+        words = [str(raw_state or "unknown").upper()] + [str(flag).upper() for flag in item.get("state_flags") or []]
+    changed = json_number(item.get("reason_changed_at")) or None
+    partitions = item.get("partitions") or []
+    return NodeInfo(name=str(item.get("name", "")), state="+".join(words), reason=str(item.get("reason") or ""),
+                    reason_user=str(item.get("reason_set_by_user") or ""),
+                    reason_time=_iso(changed) if changed else "", reason_epoch=float(changed) if changed else None,
+                    partitions=[str(p) for p in partitions] if isinstance(partitions, list) else [], raw={})
+
+
 class CliBackend:
     def __init__(self, bin_dir: str = "", slurm_conf: str = "", timeout_s: float = 15.0,
                  env: Optional[Mapping[str, str]] = None):
@@ -137,6 +289,31 @@ class CliBackend:
         self.env = dict(env if env is not None else os.environ)
         if slurm_conf:
             self.env["SLURM_CONF"] = slurm_conf
+        self._release: Optional[Tuple[int, int]] = None
+
+    def release(self) -> Tuple[int, int]:
+        """(major, minor) of the Slurm the clients talk to, asked once; (0, 0) when unknown."""
+        if self._release is None:
+            try:
+                self._release = parse_version(self.run("scontrol", ["--version"])) or (0, 0)
+            except SlurmError:
+                self._release = (0, 0)
+        return self._release
+
+    def has_json(self) -> bool:
+        return self.release() >= JSON_SINCE
+
+    def _json(self, name: str, args: Sequence[str]) -> Dict:
+        import json
+
+        out = self.run(name, ["--json", *args])
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            raise SlurmError(f"{name} --json {' '.join(args)} printed no JSON") from None
+        if not isinstance(doc, dict):
+            raise SlurmError(f"{name} --json {' '.join(args)}: not a JSON object")
+        return doc
 
     # -- plumbing --------------------------------------------------------------------------
     def binary(self, name: str) -> str:
@@ -172,6 +349,11 @@ class CliBackend:
                         partitions=[p.strip() for p in fields.get("Partitions", "").split(",") if p.strip() not in ("", "(null)")])
 
     def node(self, name: str) -> NodeInfo:
+        if self.has_json():
+            for item in self._json("scontrol", ["show", "node", name]).get("nodes") or []:
+                if isinstance(item, dict) and item.get("name") == name:
+                    return node_from_json(item)
+            raise SlurmError(f"scontrol show node {name}: no such node")
         out = self.run("scontrol", ["show", "node", "-o", name])
         for line in out.splitlines():
             if line.startswith("NodeName="):
@@ -179,15 +361,21 @@ class CliBackend:
         raise SlurmError(f"scontrol show node {name}: no such node")
 
     def nodes(self) -> List[NodeInfo]:
+        if self.has_json():
+            return [node_from_json(item) for item in self._json("scontrol", ["show", "node"]).get("nodes") or []
+                    if isinstance(item, dict) and item.get("name")]
         out = self.run("scontrol", ["show", "node", "-o"])
         return [self._node_from_fields(parse_scontrol_record(line))
                 for line in out.splitlines() if line.startswith("NodeName=")]
 
     def sinfo_nodes(self) -> List[NodeInfo]:
         """Every node from ``sinfo --json`` (one query): state with its flags, the reason, who
-        set it and when (epoch seconds, unlike scontrol's local time)."""
+        set it and when (epoch seconds, unlike scontrol's local time). From 23.02 on, sinfo's JSON
+        groups nodes by state; ``scontrol --json show node`` gives the same per node."""
         import json
 
+        if self.has_json():
+            return self.nodes()
         out = self.run("sinfo", ["--json"])
         try:
             doc = json.loads(out)
@@ -210,8 +398,12 @@ class CliBackend:
 
     # -- jobs ------------------------------------------------------------------------------
     def job(self, job_id: str) -> Optional[JobInfo]:
-        """The job as scontrol shows it, with the state keys (``JOB_STATE_KEYS``) from squeue,
-        whose output holds no text a user chose; None once slurmctld has forgotten the job."""
+        """The job as scontrol shows it, under scontrol's text keys; None once slurmctld has
+        forgotten the job. From 23.02 on every field comes from ``scontrol --json show job``;
+        on 22.05 the text, with the state keys (``JOB_STATE_KEYS``) from squeue, whose output
+        holds no text a user chose."""
+        if self.has_json():
+            return self._job_json(job_id)
         try:
             out = self.run("scontrol", ["show", "job", "-o", str(job_id)])
         except SlurmError as exc:
@@ -233,6 +425,18 @@ class CliBackend:
         else:
             problem = "; ".join(text for text in (missing, problem) if text)
         return JobInfo(str(job_id), fields, problem)
+
+    def _job_json(self, job_id: str) -> Optional[JobInfo]:
+        try:
+            doc = self._json("scontrol", ["show", "job", str(job_id)])
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):
+                return None
+            raise
+        item = select_json_job(doc, str(job_id))
+        if item is None:
+            return None
+        return JobInfo(str(job_id), job_fields_from_json(item), "")
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         # scontrol refuses once the job is COMPLETING; sacctmgr works from the Epilog.
@@ -263,13 +467,7 @@ class CliBackend:
 
 def node_from_sinfo(item: Dict) -> NodeInfo:
     """One node of ``sinfo --json`` (Slurm 22.05, data_parser 0.0.38) as a NodeInfo."""
-    flags = [str(flag).upper() for flag in item.get("state_flags") or []]
-    state = "+".join([str(item.get("state", "unknown")).upper()] + flags)
-    changed = item.get("reason_changed_at") or None
-    return NodeInfo(name=str(item["name"]), state=state, reason=str(item.get("reason") or ""),
-                    reason_user=str(item.get("reason_set_by_user") or ""),
-                    reason_time=_iso(changed) if changed else "", reason_epoch=float(changed) if changed else None,
-                    partitions=[str(p) for p in item.get("partitions") or []], raw={})
+    return node_from_json(item)
 
 
 def _iso(epoch: float) -> str:

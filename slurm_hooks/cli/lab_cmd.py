@@ -129,6 +129,23 @@ def status(directory: Optional[str], as_json: bool) -> None:
 
 @lab.command()
 @dir_option
+@click.option("--out", "out", metavar="DIR", default=None,
+              help="Where to write (default: the checkout's tests/fixtures/slurm/releases/VERSION).")
+@_guarded
+def capture(directory: Optional[str], out: Optional[str]) -> None:
+    """Run a few jobs on the running lab and write what its Slurm release prints (scontrol,
+    squeue, sacct, sinfo, text and JSON; AdminComment as sacctmgr stores it; each hook's
+    environment) as the backend's test fixtures. scripts/capture-slurm-fixtures does every release.
+
+    Example: slurm-gpu lab up --slurm 24.11 && slurm-gpu lab capture
+    """
+    from slurm_hooks.lab.capture import capture as run_capture
+
+    run_capture(_lab_paths(directory), out, click.echo)
+
+
+@lab.command()
+@dir_option
 @_guarded
 def env(directory: Optional[str]) -> None:
     """Print export lines: eval "$(slurm-gpu lab env)" points sbatch, sinfo, sacct and

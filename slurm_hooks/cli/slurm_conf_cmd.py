@@ -9,7 +9,7 @@ import os
 import string
 import sys
 from importlib import resources
-from typing import Optional
+from typing import Dict, List, Optional, Tuple
 
 import click
 
@@ -20,10 +20,41 @@ NODE_STATES = ("ANY", "IDLE", "ALLOC", "MIXED", "NONDRAINED_IDLE")
 DEFAULT_INTERVAL_S = 300
 
 
-def render(bin_dir: str, interval: int = DEFAULT_INTERVAL_S, node_state: str = "ANY") -> str:
+def render(bin_dir: str, interval: int = DEFAULT_INTERVAL_S, node_state: str = "ANY",
+           release: Optional[Tuple[int, int]] = None) -> str:
     text = resources.files("slurm_hooks").joinpath("data/slurm.conf.tmpl").read_text("utf-8")
-    return string.Template(text).substitute(bin_dir=bin_dir.rstrip("/") or "/", interval=interval,
-                                            node_state=node_state)
+    out = string.Template(text).substitute(bin_dir=bin_dir.rstrip("/") or "/", interval=interval,
+                                           node_state=node_state)
+    for line in release_lines(release):
+        out += "".join(f"# {part}\n" for part in line["comment"].splitlines())
+        out += f"{line['setting']}={line['value']}\n"
+    return out
+
+
+def parse_release(text: str) -> Tuple[int, int]:
+    """"24.11" -> (24, 11); ValueError otherwise."""
+    major, dot, minor = text.strip().partition(".")
+    if not dot or not major.isdigit() or not minor.isdigit():
+        raise ValueError(f"not a Slurm release: {text!r} (e.g. 24.11)")
+    return int(major), int(minor)
+
+
+def release_lines(release: Optional[Tuple[int, int]]) -> List[Dict[str, str]]:
+    """The settings of ``slurm-conf-releases.toml`` that ``release`` has (none when unknown)."""
+    if release is None:
+        return []
+    from healthcheck.tomlio import loads
+
+    table = loads(resources.files("slurm_hooks").joinpath("data/slurm-conf-releases.toml").read_text("utf-8"))
+    return [line for line in table.get("line", []) if release >= parse_release(str(line["since"]))]
+
+
+def detected_release() -> Optional[Tuple[int, int]]:
+    """The release this machine's ``scontrol --version`` reports (None: no scontrol, or unknown)."""
+    from healthcheck.slurm.cli_backend import CliBackend
+
+    found = CliBackend(timeout_s=10).release()
+    return found if found != (0, 0) else None
 
 
 def installed_bin_dir(argv0: str = "", executable: str = "") -> Optional[str]:
@@ -55,10 +86,15 @@ def installed_bin_dir(argv0: str = "", executable: str = "") -> Optional[str]:
               metavar="SECONDS", help="HealthCheckInterval: seconds between two health checks of a node.")
 @click.option("--node-state", type=click.Choice(NODE_STATES), default="ANY", show_default=True,
               help="HealthCheckNodeState: which nodes the health check runs on.")
-def slurm_conf(bin_dir: Optional[str], interval: int, node_state: str) -> None:
+@click.option("--slurm", "slurm_release", metavar="VERSION", default=None,
+              help="The Slurm release to write for, e.g. 24.11 (default: what `scontrol --version` says; "
+                   "settings newer releases added are printed only for them).")
+def slurm_conf(bin_dir: Optional[str], interval: int, node_state: str, slurm_release: Optional[str]) -> None:
     """Print the slurm.conf lines for this installation: PrologFlags, Prolog, Epilog,
     EpilogSlurmctld, TaskProlog, HealthCheckProgram (absolute paths of the installed commands),
-    HealthCheckInterval and HealthCheckNodeState, each with a comment.
+    HealthCheckInterval and HealthCheckNodeState, each with a comment; and for the Slurm release
+    (detected, or --slurm) the settings it added: PrologTimeout and EpilogTimeout (25.05+),
+    HealthCheckTimeout (26.05+).
 
     Example: /opt/slurm-gpu-hooks/current/bin/slurm-gpu slurm-conf >> /etc/slurm/slurm.conf
     """
@@ -70,4 +106,11 @@ def slurm_conf(bin_dir: Optional[str], interval: int, node_state: str) -> None:
         fail(f"--bin-dir must be an absolute path (Slurm runs the hooks without PATH): {bin_dir!r}")
     if any(char.isspace() or char in "#\\\"'" or not char.isprintable() for char in bin_dir):
         fail(f"--bin-dir {bin_dir!r} cannot go into slurm.conf (no blanks, quotes, '#' or backslashes)")
-    click.echo(render(bin_dir, interval, node_state), nl=False)
+    if slurm_release is not None:
+        try:
+            release: Optional[Tuple[int, int]] = parse_release(slurm_release)
+        except ValueError as exc:
+            fail(f"--slurm: {exc}")
+    else:
+        release = detected_release()
+    click.echo(render(bin_dir, interval, node_state, release), nl=False)

@@ -192,7 +192,8 @@ def hook_wrapper(lab: LabPaths, hook: str, opts: RenderOptions) -> str:
     if hook == "reboot":        # which lab: the program gets no arguments from Slurm
         run = f"{P.LAB_DIR_ENV}={shlex.quote(lab.root)}\nexport {P.LAB_DIR_ENV}\n{run}"
     return _template("lab-hook-wrapper.sh.tmpl").substitute(
-        what=what, slurm_conf=shlex.quote(lab.slurm_conf),
+        what=what, name=hook, env_dir=shlex.quote(os.path.join(lab.state, "capture-env")),
+        slurm_conf=shlex.quote(lab.slurm_conf),
         hooks_config=shlex.quote(lab.hooks_config), run=run)
 
 

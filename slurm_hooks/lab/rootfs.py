@@ -31,7 +31,7 @@ from . import LabError
 from .install import BINARIES, PACKAGES
 from .paths import LabPaths
 from .releases import Release
-from .runner import clean_env, last_line, run
+from .commands import clean_env, last_line, run
 
 Say = Callable[[str], None]
 
@@ -48,6 +48,8 @@ HOST_ETC = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 UNSHARE = "/usr/bin/unshare"
 ENTER = 'mount --bind "$0/etc" /etc && mount --bind "$0/usr" /usr && exec "$@"'
 MIRROR_ENV = "SLURM_GPU_LAB_MIRROR"
+# What of the checkout goes into the wheel (setup.cfg's packages, and the files it reads).
+PACKAGED = ("setup.cfg", "pyproject.toml", "README.md", "healthcheck", "slurm_hooks")
 
 
 def inside(root: str, path: str) -> str:
@@ -125,7 +127,7 @@ def build(lab: LabPaths, release: Release, say: Say) -> Optional[float]:
 
 def sync_etc(root: str) -> None:
     """The host's name and resolver in the root filesystem (Slurm resolves the host's name)."""
-    from .cluster import write_if_changed
+    from .files import write_if_changed
 
     for path in HOST_ETC:
         if os.path.isfile(path):
@@ -162,12 +164,12 @@ def checkout() -> str:
 def source_digest(top: str) -> str:
     """What the wheel is built from, hashed: changes when any packaged file does."""
     digest = hashlib.sha256()
-    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+    for name in PACKAGED:
         path = os.path.join(top, name)
         if os.path.isfile(path):
             with open(path, "rb") as handle:
                 digest.update(name.encode() + b"\0" + handle.read())
-    for package in ("healthcheck", "slurm_hooks"):
+    for package in (name for name in PACKAGED if os.path.isdir(os.path.join(top, name))):
         for current, dirs, files in os.walk(os.path.join(top, package)):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             for name in sorted(files):
@@ -215,8 +217,17 @@ def install_hooks(lab: LabPaths, release: Release, say: Say) -> bool:
     os.makedirs(wheels, mode=0o755, exist_ok=True)
     host_env = dict(os.environ)    # pip's own settings (index, proxy) are the caller's
     with tempfile.TemporaryDirectory(prefix="slurm-gpu-lab-wheel-") as out:
+        source = os.path.join(out, "src")   # a clean copy: no stale build/ of the checkout gets in
+        for name in PACKAGED:
+            path = os.path.join(top, name)
+            if os.path.isdir(path):
+                shutil.copytree(path, os.path.join(source, name),
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            elif os.path.isfile(path):
+                os.makedirs(source, exist_ok=True)
+                shutil.copyfile(path, os.path.join(source, name))
         run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "--disable-pip-version-check",
-             "-w", out, top], env=host_env, timeout=600, cwd=top)
+             "-w", out, source], env=host_env, timeout=600, cwd=out)
         built_wheels = [name for name in os.listdir(out) if name.endswith(".whl")]
         if len(built_wheels) != 1:
             raise LabError(f"pip wheel built {built_wheels or 'nothing'} from {top}")
@@ -267,7 +278,7 @@ def wrapper_text(lab: LabPaths, release: Release, name: str) -> str:
 
 def write_wrappers(lab: LabPaths, release: Release) -> List[str]:
     """One wrapper per command in ``$LAB/bin``; return those that changed."""
-    from .cluster import make_dir, write_if_changed
+    from .files import make_dir, write_if_changed
 
     make_dir(lab.bin)
     changed = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import pytest
 
 from slurm_hooks.lab.paths import NODES, TESTS_LOCK, LabPaths, lab_dir
 from slurm_hooks.lab.commands import slurm_gpu_argv
+from slurm_hooks.lab.releases import RELEASE_ENV, default_version
 
 UP_TIMEOUT = 900        # includes apt-get install on a fresh machine
 LOCK_WAIT = 1200        # another test session may hold the lab this long
@@ -54,8 +56,29 @@ class Lab:
                               stdin=subprocess.DEVNULL)
 
 
+def lab_release() -> str:
+    """The Slurm release this session's lab runs: $SLURM_GPU_LAB_RELEASE, else the default
+    (``slurm-gpu lab up`` reads the same variable)."""
+    return os.environ.get(RELEASE_ENV) or default_version()
+
+
+def pytest_report_header(config):
+    return f"slurm lab release: {lab_release()} (set {RELEASE_ENV} to choose)"
+
+
 def pytest_collection_modifyitems(session, config, items):
     """`lab down` must be the last lab test (it stops what the others use)."""
+    # On a release other than the default, the lab tests marked `every_release` run (the
+    # scenario table, the records round trip, a health-check drain and resume, the prolog
+    # refusing a bad GPU, lab down); the default release runs them all.
+    if lab_release() != default_version():
+        kept, dropped = [], []
+        for item in items:
+            in_lab = "tests/lab/" in item.nodeid.replace("\\", "/")
+            (dropped if in_lab and item.get_closest_marker("every_release") is None else kept).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     # The health-check tests inject faults, reboot simulated nodes and leave Xid history in the
     # lab's state: they run after the scenario and job-class tests, whose classes such leftovers
     # would change (a GPU still lost made node-fail and nvlink-down jobs GPU_LOST), then `lab down`.
@@ -124,7 +147,9 @@ def lab(lab_session_lock) -> Lab:
     for line in exported.stdout.splitlines():
         assert line.startswith("export "), line
         key, _, value = line[len("export "):].partition("=")
-        env[key] = value.strip("'")
+        words = shlex.split(value.replace('"$PATH"', shlex.quote(os.environ.get("PATH", ""))))
+        assert len(words) == 1, line
+        env[key] = words[0]
     lab = Lab(paths, env, started_at)
     _back_in_service(lab)
     return lab

@@ -29,7 +29,7 @@ def settle(backend: CliBackend, name: str, drained: bool, seconds: float = 10) -
 
 
 def test_drain_and_resume_through_the_real_backend_with_ownership(lab):
-    backend = CliBackend(slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
+    backend = CliBackend(bin_dir=lab.paths.bin, slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
     policy = Policy()
     try:
         lab.run("scontrol", "update", "nodename=gpu2", "state=drain", f"reason={ADMIN_REASON}").check_returncode()

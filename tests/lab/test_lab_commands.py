@@ -13,7 +13,7 @@ from slurm_hooks.lab import daemons as D
 
 from slurm_hooks.lab.commands import slurm_gpu_argv
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.every_release]
 
 
 def test_up_again_is_a_quick_no_op(lab, cli):

@@ -7,7 +7,7 @@ from slurm_hooks.lab import daemons as D
 from slurm_hooks.lab import paths as P
 
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.every_release]
 
 NAMES = {"slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd"}
 

@@ -29,7 +29,7 @@ WAIT = 45          # seconds: several HealthCheckIntervals, for polling only (ne
 
 
 def backend(lab) -> CliBackend:
-    return CliBackend(slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
+    return CliBackend(bin_dir=lab.paths.bin, slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
 
 
 def runs(lab, node: str, since: float) -> List[dict]:
@@ -98,6 +98,7 @@ def clean(lab, gpu):
     restore(lab, gpu, *NODES)
 
 
+@pytest.mark.every_release
 def test_double_bit_ecc_on_gpu2_drains_gpu2_only_and_is_resumed_when_gone(lab, gpu, clean):
     slurm = backend(lab)
     began = time.time()

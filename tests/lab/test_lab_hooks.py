@@ -11,7 +11,7 @@ import pytest
 
 from healthcheck.hooklib.runlog import read_runs
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.every_release]
 
 NODES = ("gpu1", "gpu2", "gpu3")
 

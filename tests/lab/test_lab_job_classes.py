@@ -96,6 +96,7 @@ def node_reason(lab, node: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.every_release
 def test_ordinary_job_gets_one_job_level_entry(lab):
     job = submit(lab, "-w", "gpu1", "--gres=gpu:1", "--wrap", "exit 3")
     wait_ended(lab, job)
@@ -105,6 +106,7 @@ def test_ordinary_job_gets_one_job_level_entry(lab):
     assert view["class"] == "FAILED" and "accounting" in view["sources"] and set(view["nodes"]) == {"gpu1"}
 
 
+@pytest.mark.every_release
 def test_jobstats_blob_is_kept_next_to_our_entry(lab):
     blob = "JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTVWqBQBGb7chEwAAAA=="
     job = submit(lab, "-w", "gpu1", "--gres=gpu:1", "--wrap", "sleep 4")
@@ -174,6 +176,7 @@ def prolog_sees_it_first(lab):
             handle.write(original)
 
 
+@pytest.mark.every_release
 @pytest.mark.parametrize("requeue", [False, True], ids=["cancelled", "requeued-held"])
 def test_prolog_keeps_the_job_off_a_bad_gpu_and_drains_with_our_reason(lab, requeue, prolog_sees_it_first):
     inject(lab, "gpu3", "gpu.5.state=lost")

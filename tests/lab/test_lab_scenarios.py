@@ -12,7 +12,7 @@ from slurm_hooks.lab import render
 from slurm_hooks.lab.commands import slurm_gpu_argv
 from slurm_hooks.lab.scenarios import load_table, state_matches
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.every_release]
 
 TABLE = load_table()
 

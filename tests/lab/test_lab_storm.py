@@ -33,7 +33,7 @@ BUDGET_LINE = "budget_max_nodes = 3"
 
 
 def backend(lab) -> CliBackend:
-    return CliBackend(slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
+    return CliBackend(bin_dir=lab.paths.bin, slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
 
 
 def submit(lab, seconds: float) -> str:
