@@ -51,6 +51,7 @@ class RenderOptions:
     # lab's Slurm commands the hooks' config names ([slurm] bin_dir; "" for the usual places).
     rootfs: str = ""
     slurm_bin: str = ""
+    marker: str = ""        # the file that exists only inside that root filesystem
 
     @classmethod
     def here(cls) -> "RenderOptions":
@@ -63,12 +64,12 @@ class RenderOptions:
         config names the lab's commands (``$LAB/bin``), which run that release's clients."""
         from dataclasses import replace
 
-        from .rootfs import VENV
+        from .rootfs import VENV, marker
 
         opts = replace(cls.here(), slurm_bin=lab.bin)
         if release.rootfs:
             opts = replace(opts, bin_dir=f"{VENV}/bin", python=f"{VENV}/bin/python",
-                           rootfs=lab.rootfs(release.version))
+                           rootfs=lab.rootfs(release.version), marker=marker(release))
         return opts
 
 
@@ -191,8 +192,15 @@ def hook_wrapper(lab: LabPaths, hook: str, opts: RenderOptions) -> str:
     run = _RUN_AS_USER.format(command=command) if hook == "taskprolog" else f"exec {command}"
     if hook == "reboot":        # which lab: the program gets no arguments from Slurm
         run = f"{P.LAB_DIR_ENV}={shlex.quote(lab.root)}\nexport {P.LAB_DIR_ENV}\n{run}"
+    enter = ""
+    if opts.rootfs:     # run by hand on the host: enter the release's root filesystem first
+        from .rootfs import enter_argv
+
+        entered = " ".join(shlex.quote(part) for part in enter_argv(opts.rootfs, [lab.hook(hook)]))
+        enter = (f"# Run from outside the release's root filesystem (by hand, on the host): enter it.\n"
+                 f"[ -f {shlex.quote(opts.marker)} ] || exec {entered} \"$@\"\n")
     return _template("lab-hook-wrapper.sh.tmpl").substitute(
-        what=what, name=hook, env_dir=shlex.quote(os.path.join(lab.state, "capture-env")),
+        enter=enter, what=what, name=hook, env_dir=shlex.quote(os.path.join(lab.state, "capture-env")),
         slurm_conf=shlex.quote(lab.slurm_conf),
         hooks_config=shlex.quote(lab.hooks_config), run=run)
 

@@ -46,7 +46,7 @@ SOURCE_STAMP = VENV + "/source.sha256"
 # Copied from the host into the root filesystem's /etc at every `lab up`.
 HOST_ETC = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 UNSHARE = "/usr/bin/unshare"
-ENTER = 'mount --bind "$0/etc" /etc && mount --bind "$0/usr" /usr && exec "$@"'
+ENTER = '/usr/bin/mount --bind "$0/etc" /etc && /usr/bin/mount --bind "$0/usr" /usr && exec "$@"'
 MIRROR_ENV = "SLURM_GPU_LAB_MIRROR"
 # What of the checkout goes into the wheel (setup.cfg's packages, and the files it reads).
 PACKAGED = ("setup.cfg", "pyproject.toml", "README.md", "healthcheck", "slurm_hooks")
