@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -186,8 +187,9 @@ def test_a_run_killed_after_reading_an_xid_loses_nothing(lab, gpu, clean, tmp_pa
         text = handle.read()
     stub_config = os.path.join(os.path.dirname(lab.paths.hooks_config), "hooks-hanging-slurm.toml")
     with open(stub_config, "w", encoding="utf-8") as handle:
-        handle.write(text.replace("[slurm]\n", f'[slurm]\nbin_dir = "{stub_dir}"\n', 1) if "[slurm]\n" in text
-                     else text + f'\n[slurm]\nbin_dir = "{stub_dir}"\n')
+        # The lab's config names its commands ([slurm] bin_dir = "$LAB/bin"): the stubs replace them.
+        stubbed, count = re.subn(r'^bin_dir = .*$', f'bin_dir = "{stub_dir}"', text, count=1, flags=re.MULTILINE)
+        handle.write(stubbed if count else text + f'\n[slurm]\nbin_dir = "{stub_dir}"\n')
     slurmd = _pid(lab.paths.slurmd_pid("gpu3"))
     watcher = watchers.pid(lab.paths, "gpu3")
     paused = [pid for pid in (slurmd, watcher) if pid is not None]
