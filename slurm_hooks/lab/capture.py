@@ -71,7 +71,10 @@ class Capture:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             rows = self.slurm.sacct(job_id)
-            if rows and is_final(rows[0].get("State", "")) and is_final(self.slurm.job(job_id).get("JobState", "")):
+            # An array task ("164_1"): accounting alone (how each release's scontrol and squeue
+            # name a task is part of what is captured, not something to wait on).
+            if rows and is_final(rows[0].get("State", "")) and (
+                    "_" in job_id or is_final(self.slurm.job(job_id).get("JobState", ""))):
                 return rows[0]
             time.sleep(1)
         raise LabError(f"job {job_id} did not end within {timeout:g} s")
