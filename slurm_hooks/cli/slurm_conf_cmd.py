@@ -43,7 +43,7 @@ def release_lines(release: Optional[Tuple[int, int]]) -> List[Dict[str, str]]:
     """The settings of ``slurm-conf-releases.toml`` that ``release`` has (none when unknown)."""
     if release is None:
         return []
-    from healthcheck.tomlio import loads
+    from healthcheck.safeio.tomlio import loads
 
     table = loads(resources.files("slurm_hooks").joinpath("data/slurm-conf-releases.toml").read_text("utf-8"))
     return [line for line in table.get("line", []) if release >= parse_release(str(line["since"]))]

@@ -27,7 +27,7 @@ class Release:
 
 
 def _table() -> Dict[str, object]:
-    from healthcheck.tomlio import loads
+    from healthcheck.safeio.tomlio import loads
 
     return loads(resources.files("slurm_hooks").joinpath("data/lab-releases.toml").read_text("utf-8"))
 
