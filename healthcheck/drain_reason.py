@@ -19,7 +19,7 @@ it); its cause is then unknown (``check`` None).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from .plain import field, plain
 from typing import Dict, Optional
 
 VERSION = "v1"
@@ -30,7 +30,7 @@ _TOKEN_SAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
 _HEAD = re.compile(r"^v(?P<version>\d+) (?P<check>[a-z0-9_.]+) (?P<subject>\S+)(?P<keys>(?: [a-z_]+:\S+)*)(?:; (?P<summary>.*))?$")
 
 
-@dataclass
+@plain
 class DrainReason:
     check: Optional[str]                      # None: ours, but not a format we can read
     subject: str = "node"

@@ -8,7 +8,7 @@ raises), the tests build stand-in ``libnvidia-ml.so.1`` libraries from it, and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from .plain import plain
 from functools import lru_cache
 from typing import Dict, FrozenSet, Optional, Tuple
 
@@ -21,7 +21,7 @@ BRANCHES: Tuple[str, ...] = ("R470", "R525", "R535", "R550", "R560", "R570", "R5
 _VERSION = re.compile(r"\s*(\d+)")
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class NvmlFunction:
     name: str
     since: str        # the first branch in BRANCHES that exports it
@@ -42,7 +42,7 @@ def functions() -> Dict[str, NvmlFunction]:
     return out
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class NvmlField:
     name: str         # pynvml's constant, e.g. NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
     id: int

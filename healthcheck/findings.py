@@ -1,7 +1,7 @@
 """The one shape every check returns: a Finding, and how a set of them sums up."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from .plain import asdict, field, plain
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 STATUSES = ("ok", "warn", "fail", "error")          # worst last
@@ -12,7 +12,7 @@ DEFAULT_ACTION = "warn"                              # a finding's action when [
 EXIT_CODES = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 
 
-@dataclass
+@plain
 class Finding:
     check: str                       # check id, e.g. "gpu.ecc.uncorrectable"
     status: str                      # ok | warn | fail | error

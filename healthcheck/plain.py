@@ -12,7 +12,8 @@ What it keeps of ``@dataclass`` (the subset the facts use): fields in annotation
 with a default, a ``field(default_factory=...)`` or none (then required, and before the
 defaulted ones); positional or keyword arguments; ``repr=False`` and ``compare=False`` per field;
 ``__eq__`` on the compared fields of the same class (and ``__hash__`` None, as a dataclass with
-``eq``); instances pickle as any object. ``asdict`` turns one into a dict of copies, nested
+``eq``; ``frozen=True``: no assignment, hashed on the compared fields); instances pickle as any
+object (a frozen one too: pickle restores its ``__dict__`` without ``__setattr__``). ``asdict`` turns one into a dict of copies, nested
 ``@plain`` instances and lists, tuples and dicts of them included.
 """
 from __future__ import annotations
@@ -73,7 +74,30 @@ def _eq(self: Any, other: Any) -> Any:
     return all(getattr(self, name) == getattr(other, name) for name in type(self).__plain__[4])
 
 
-def plain(cls: "type[T]") -> "type[T]":
+class FrozenInstanceError(AttributeError):
+    """A field of a ``@plain(frozen=True)`` instance was assigned (as dataclasses')."""
+
+
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(self: Any, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _hash(self: Any) -> int:
+    return hash(tuple(getattr(self, name) for name in type(self).__plain__[4]))
+
+
+def plain(cls: Any = None, *, frozen: bool = False) -> Any:
+    """``@plain`` or ``@plain(frozen=True)`` (then hashable on its compared fields)."""
+    if cls is None:
+        return lambda target: _make(target, frozen)
+    return _make(cls, frozen)
+
+
+def _make(cls: "type[T]", frozen: bool) -> "type[T]":
     names, defaults, factories, shown, compared = [], {}, {}, [], []
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
         if "ClassVar" in str(annotation):
@@ -104,7 +128,10 @@ def plain(cls: "type[T]") -> "type[T]":
     cls.__init__ = _init
     cls.__repr__ = _repr
     cls.__eq__ = _eq
-    cls.__hash__ = None
+    cls.__hash__ = _hash if frozen else None
+    if frozen:
+        cls.__setattr__ = _frozen_setattr
+        cls.__delattr__ = _frozen_delattr
     return cls
 
 
@@ -125,3 +152,13 @@ def _value(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: _value(item) for key, item in value.items()}
     return value
+
+
+def replace(obj: Any, **changes: Any) -> Any:
+    """A copy of ``obj`` with ``changes`` (as ``dataclasses.replace``: through ``__init__``)."""
+    values = {name: getattr(obj, name) for name in fields_of(obj)}
+    unknown = set(changes) - set(values)
+    if unknown:
+        raise TypeError(f"{type(obj).__name__} has no field {sorted(unknown)[0]!r}")
+    values.update(changes)
+    return type(obj)(**values)

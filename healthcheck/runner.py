@@ -12,7 +12,7 @@ The prolog and the health check call ``run_checks``; so keep this module cheap t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from .plain import field, plain
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from .checks import CHECKS, needs, nvml_features
@@ -30,7 +30,7 @@ DEFAULT_TIER = "health"
 BASELINE_READS = ("nvml:ecc", "nvml:remap", "nvml:nvlink_errors", "ib")
 
 
-@dataclass
+@plain
 class Report:
     node: str
     status: str                              # ok | warn | fail | error: the worst finding's

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from .plain import plain
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 Problem = Tuple[str, str, str]
@@ -17,7 +17,7 @@ _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a 
                list: "a list", dict: "a table"}
 
 
-@dataclass
+@plain
 class Field:
     """One leaf value.
 

@@ -6,14 +6,14 @@ exists (tests/test_architecture_claims.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .plain import plain
 from types import ModuleType
 from typing import Optional
 
 from .config import Config
 
 
-@dataclass
+@plain
 class NodeSources:
     node: str
     nvml: ModuleType          # pynvml, or healthcheck.sim.sim_pynvml bound to this node

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from healthcheck.facts import GpuFacts, KernelLogFacts, NvmlFacts
-from healthcheck.plain import asdict, field, plain
+from healthcheck.plain import asdict, field, plain, replace
 
 
 @plain
@@ -55,3 +55,24 @@ def test_facts_pickle_across_the_probe_child_and_turn_into_dicts():
     assert out["gpus"][0]["uuid"] == "GPU-1" and out["gpus"][0]["ecc"] == {"volatile_uncorrected": 0}
     assert out["status"] == "ok" and isinstance(out["gpus"][0], dict)
     assert "read=" not in repr(KernelLogFacts(read=object()))
+
+
+@plain(frozen=True)
+class Key:
+    name: str
+    size: int = 1
+
+
+def test_frozen_ones_refuse_assignment_and_hash_on_their_fields():
+    key = Key("a")
+    with pytest.raises(AttributeError):
+        key.size = 2
+    assert {Key("a"): 1}[Key("a", 1)] == 1 and Key("a") != Key("a", 2)
+    assert pickle.loads(pickle.dumps(key)) == key
+
+
+def test_replace_makes_a_changed_copy():
+    key = Key("a", 3)
+    assert replace(key, size=4) == Key("a", 4) and key.size == 3
+    with pytest.raises(TypeError):
+        replace(key, colour="red")

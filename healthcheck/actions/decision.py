@@ -17,7 +17,7 @@ handling; never re-drain a node we drained for the same cause.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..drain_reason import DEFAULT_MAX_LEN, DEFAULT_PREFIX, DrainReason, format_reason, is_ours, parse_reason
@@ -38,7 +38,7 @@ SLURM_BUSY_FLAGS = ("REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERING_DOWN", "POWER
                     "POWER_DOWN", "POWER_UP", "MAINTENANCE", "NOT_RESPONDING", "FAIL", "FUTURE", "UNKNOWN")
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class Policy:
     enabled: bool = True                         # the master switch: False, and nothing is changed
     reason_prefix: str = DEFAULT_PREFIX
@@ -60,7 +60,7 @@ class Policy:
                    max_reason_len=int(drain.get("max_reason_len", DEFAULT_MAX_LEN)))
 
 
-@dataclass
+@plain
 class Decision:
     kind: str
     node: str
@@ -75,7 +75,7 @@ class Decision:
         return self.kind in CHANGING_KINDS
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class Situation:
     """Everything a rule may look at."""
     node_name: str
@@ -116,7 +116,7 @@ class Situation:
         return [flag for flag in (self.node.flags if self.node else []) if flag in SLURM_BUSY_FLAGS]
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class Rule:
     name: str
     when: Callable[[Situation], bool]

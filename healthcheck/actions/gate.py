@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field, replace
+from ..plain import field, plain, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..findings import Finding
@@ -49,7 +49,7 @@ BUDGET_SETTLE_S = 2.0
 FOREIGN_RULES = ("foreign-reason", "foreign-out-of-service")
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class Request:
     """What a caller asks of the gate for one node.
 
@@ -70,7 +70,7 @@ class Request:
     remedy: Optional[Tuple[Any, Any]] = None
 
 
-@dataclass
+@plain
 class Applied:
     decision: Decision
     argv: Optional[List[str]]        # ["scontrol", "update", ...] run (or, dry run, that would run)
@@ -84,7 +84,7 @@ class Applied:
         return self.error is None and (self.done or not self.decision.changes_slurm)
 
 
-@dataclass
+@plain
 class Outcome:
     request: Request
     decision: Decision

@@ -7,11 +7,11 @@ imports only the modules its tier uses. ``docs/checks.md`` describes every id.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from ..plain import plain
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class CheckSpec:
     id: str
     target: str                    # "module:function" under healthcheck.checks

@@ -2,14 +2,14 @@
 in, a list of findings out; no I/O, no clock, no config file."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
 from ..facts import DcgmFacts, GpuFacts, IbBandwidthFacts, IbFacts, IbPortFacts, KernelLogFacts, NvmlFacts
 from ..findings import Finding, action_for
 
 
-@dataclass
+@plain
 class CheckInput:
     node: str
     expected: Mapping[str, Any] = field(default_factory=dict)      # the node's [[nodes]] entry

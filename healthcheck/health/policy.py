@@ -1,7 +1,7 @@
 """The health check's settings, read once from ``[health]`` (and ``[drain]``) of the config."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Any, Dict, Mapping
 
 from ..actions.decision import Policy
@@ -11,7 +11,7 @@ from ..actions.decision import Policy
 REPEAT_CHECK = "kernel.xid.repeat"
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class HealthPolicy:
     deadline_s: float = 45.0
     confirm_runs: int = 2

@@ -10,7 +10,7 @@ next run judges the same events again.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Any, Callable, Dict, List, Optional
 
 from ..actions.apply import Applied
@@ -28,7 +28,7 @@ TIER = "health"
 CONSUMER = "hook"
 
 
-@dataclass
+@plain
 class HealthRun:
     node: str
     report: Report

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from ..plain import asdict, field, plain
 from typing import Any, Dict, List, Optional
 
 from ..safeio.fsutil import atomic_write, path_component, read_state_json
@@ -23,7 +23,7 @@ def state_path(state_dir: str, node: str) -> str:
     return os.path.join(health_dir(state_dir), f"{path_component(node)}.json")
 
 
-@dataclass
+@plain
 class Drained:
     cause: str                   # DrainReason.cause of our drain
     resume_mode: str             # auto | after_reboot | never
@@ -34,7 +34,7 @@ class Drained:
     by: str = ""                 # the hook that drained: healthcheck | prolog | epilog ("": before it was kept)
 
 
-@dataclass
+@plain
 class NodeState:
     boot_id: str = ""
     runs_in_boot: int = 0

@@ -6,7 +6,7 @@ Nothing here reads or writes; ``state.py`` keeps the numbers between runs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..drain_reason import DrainReason
@@ -17,7 +17,7 @@ from .policy import REPEAT_CHECK, HealthPolicy
 MAX_BOOTS_KEPT = 16
 
 
-@dataclass
+@plain
 class Cause:
     """One drain cause of this run: its reason, the finding it came from, how it is resumed."""
     reason: DrainReason
@@ -29,7 +29,7 @@ class Cause:
         return self.reason.cause
 
 
-@dataclass
+@plain
 class Tally:
     confirmed: List[Cause] = field(default_factory=list)
     pending: List[Tuple[Cause, int, int]] = field(default_factory=list)    # (cause, failing runs, needed)

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ..config import Config, ConfigError
 
 
-@dataclass
+@plain
 class HookRun:
     """One run of a hook, as the skeleton hands it to the hook's body."""
     hook: str                                   # the journal's name ("epilog_slurmctld" for the ctld epilog)

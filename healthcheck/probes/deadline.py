@@ -15,7 +15,7 @@ import signal
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 Emit = Callable[[Any], None]
@@ -28,7 +28,7 @@ _DONE = "__deadline_done__"
 _FAILED = "__deadline_failed__"
 
 
-@dataclass
+@plain
 class Outcome:
     records: List[Any] = field(default_factory=list)
     finished: bool = False          # the target returned normally
@@ -113,7 +113,7 @@ def call_with_deadline(function: Callable[[], Any], timeout_s: float) -> Outcome
     return run_with_deadline(lambda emit: emit(function()), timeout_s)
 
 
-@dataclass
+@plain
 class RawOutcome:
     data: bytes = b""
     complete: bool = False          # the child closed its end (finished or died) by the deadline

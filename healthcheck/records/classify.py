@@ -30,7 +30,7 @@ Precedence (docs/job-classes.md; the tables are ``healthcheck/data/job-classes.t
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..kernellog.xid_actions import drains
@@ -59,7 +59,7 @@ def rules() -> Dict[str, Any]:
 
 # -- Slurm's view -------------------------------------------------------------------------------
 
-@dataclass
+@plain
 class SlurmView:
     job_state: str = ""              # scontrol JobState (COMPLETING, NODE_FAIL, ...) or sacct State
     reason: str = ""                 # scontrol Reason: None, TimeLimit, NonZeroExitCode, NodeDown, ...
@@ -108,7 +108,7 @@ _FINAL_STATES = (("COMPLETED", "COMPLETED"), ("FAILED", "FAILED"), ("CANCELLED",
                  ("REQUEUED", "REQUEUED"), ("REQUEUE_HOLD", "REQUEUED"), ("REQUEUE_FED", "REQUEUED"))
 
 
-@dataclass
+@plain
 class SlurmEnding:
     cls: str
     exit: Optional[int] = None
@@ -215,7 +215,7 @@ def application_could_replace(slurm_cls: str) -> bool:
 
 # -- the classification ---------------------------------------------------------------------------
 
-@dataclass
+@plain
 class Classification:
     cls: str                           # one of records.classes.CLASSES (or UNKNOWN)
     slurm: SlurmEnding                 # Slurm's own ending, kept even when hardware replaced it

@@ -20,7 +20,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from ..safeio import fsutil
@@ -51,7 +51,7 @@ def _read_all(accounting: Accounting, job_ids: List[str]) -> Dict[str, Optional[
     return {job: accounting.get_admin_comment(job) for job in job_ids}
 
 
-@dataclass
+@plain
 class DeliverySettings:
     attempts: int = 5
     verify_delay_s: float = 1.0
@@ -72,7 +72,7 @@ class DeliverySettings:
                    backoff_max_s=float(section.get("outbox_backoff_max_s", cls.backoff_max_s)))
 
 
-@dataclass
+@plain
 class WriteResult:
     delivered: bool
     writes: int
@@ -212,7 +212,7 @@ def pending(state_dir: str, set_aside: Optional[List[str]] = None) -> Dict[str, 
     return dict(sorted(items.items(), key=lambda kv: (min(i["queued_at"] for i in kv[1]), kv[0])))
 
 
-@dataclass
+@plain
 class DeliveryReport:
     delivered: List[str]
     waiting: List[str]

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from ..plain import plain
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 KILL_WAIT_S = 0.5          # after SIGKILL to the group, how long to wait for the child to be reaped
@@ -29,7 +29,7 @@ class CommandError(Exception):
         self.timed_out = timed_out
 
 
-@dataclass
+@plain
 class Completed:
     argv: List[str]
     returncode: int

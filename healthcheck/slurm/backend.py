@@ -1,7 +1,7 @@
 """The interface between this project and Slurm."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ..plain import field, plain
 from typing import Dict, List, Optional, Protocol, Tuple
 
 # How Slurm 22.05 spells a node's state. ``scontrol show node -o`` writes the base state and
@@ -17,7 +17,7 @@ class SlurmError(Exception):
     """A Slurm command failed or could not be run; the message is one line."""
 
 
-@dataclass
+@plain
 class NodeInfo:
     name: str
     state: str                              # as Slurm printed it, e.g. "IDLE", "MIXED+DRAIN", "DOWN*"
@@ -62,7 +62,7 @@ class NodeInfo:
         return not self.has(NOT_RESPONDING)
 
 
-@dataclass
+@plain
 class JobInfo:
     job_id: str
     fields: Dict[str, str]
