@@ -155,7 +155,12 @@ def _value(value: Any) -> Any:
 
 
 def replace(obj: Any, **changes: Any) -> Any:
-    """A copy of ``obj`` with ``changes`` (as ``dataclasses.replace``: through ``__init__``)."""
+    """A copy of ``obj`` with ``changes`` (as ``dataclasses.replace``: through ``__init__``); a
+    dataclass instance is handed to ``dataclasses.replace`` itself."""
+    if not hasattr(type(obj), "__plain__"):
+        import dataclasses
+
+        return dataclasses.replace(obj, **changes)
     values = {name: getattr(obj, name) for name in fields_of(obj)}
     unknown = set(changes) - set(values)
     if unknown:

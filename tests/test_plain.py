@@ -76,3 +76,22 @@ def test_replace_makes_a_changed_copy():
     assert replace(key, size=4) == Key("a", 4) and key.size == 3
     with pytest.raises(TypeError):
         replace(key, colour="red")
+
+
+def test_replace_takes_a_dataclass_too():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Old:
+        a: int
+
+    assert replace(Old(1), a=2) == Old(2)
+
+
+def test_a_drain_reason_gains_keys_through_the_remediation_plan():
+    from healthcheck.drain_reason import parse_reason
+    from healthcheck.remediate.plan import reason_with
+
+    reason = parse_reason("gpu-hooks: v1 gpu.lost gpu2; GPU 2 is lost")
+    changed = reason_with(reason, {"next": "reboot"})
+    assert changed.keys.get("next") == "reboot" and changed.summary == reason.summary

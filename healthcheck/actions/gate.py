@@ -328,7 +328,7 @@ class Session:
     def _remediate(self, rpolicy, ledger, boot_id: str, now: float) -> Optional[Outcome]:
         from ..drain_reason import parse_reason
         from ..remediate.plan import Step, next_step, rebooting
-        from dataclasses import replace as _replace
+        from ..plain import replace as _replace
 
         record = self.state.drained
         try:

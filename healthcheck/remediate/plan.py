@@ -138,7 +138,7 @@ CLAIM_KEY, CLAIM_VALUE = "next", "reboot"
 def reason_with(reason: Any, keys: Mapping[str, str], summary: Optional[str] = None) -> Any:
     """A DrainReason with ``keys`` added (an empty value removes the key), the summary replaced
     when given."""
-    from dataclasses import replace as _replace
+    from ..plain import replace as _replace     # DrainReason is @plain
 
     merged = {k: v for k, v in dict(reason.keys, **keys).items() if v}
     return _replace(reason, keys=merged, summary=reason.summary if summary is None else summary)
