@@ -170,3 +170,53 @@ def test_the_probe_checks_mark_what_did_not_answer():
     inp = CheckInput(node="gpu1", nvml=NvmlFacts(status="timeout", timeout_s=5.0), actions=config.section("actions"))
     findings = probe_findings(inp)
     assert findings and all(f.unanswered for f in findings) and findings[0].to_json()["unanswered"] is True
+
+
+# -- one Xid-to-drain rule --------------------------------------------------------------------------
+
+def test_every_hook_drains_for_the_same_xids_as_the_data_says():
+    """The health check's findings, the prolog's and epilog's job-window events and the job
+    classification follow one rule: the ``finding`` column of data/xid-actions.tsv."""
+    from healthcheck.config import Config
+    from healthcheck.datafiles import read_text
+    from healthcheck.kernellog.events import XidEvent
+    from healthcheck.kernellog.findings import xid_findings
+    from healthcheck.kernellog.xid_actions import XID_ACTIONS
+    from healthcheck.records.classify import evidence_class
+
+    config = Config.from_document({}, None)
+    rows = [line.split("\t") for line in read_text("xid-actions.tsv").splitlines()
+            if line and not line.startswith("#") and not line.startswith("action\t")]
+    wanted = {action: finding == "drain" for action, finding, _ in rows}
+    assert list(wanted) == list(XID_ACTIONS) and any(wanted.values()) and not all(wanted.values())
+    for action, drains in wanted.items():
+        event = XidEvent(kind="xid", code=79, pci="0000:18:00", message="", action=action)
+        health = [f for f in xid_findings([event], config=config) if f.action == "drain"]
+        job = drain.event_finding(config, {"kind": "xid", "code": 79, "gpu": 0, "action": action})
+        assert bool(health) == drains, action
+        assert (job.action == "drain" and job.status == "fail") == drains, action
+        assert (evidence_class({"kind": "xid", "code": 79, "action": action}) is not None) == drains, action
+
+
+def test_no_xid_action_name_is_written_in_the_code():
+    """Outside the data file, the product names no action that only an Xid has (the reader of
+    the data file aside): which Xids drain is never decided by a name in code."""
+    import ast
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    only_xid = {"reset_gpu", "contact_support"}
+    found = []
+    for package in ("healthcheck", "slurm_hooks"):
+        for folder, _, files in os.walk(os.path.join(root, package)):
+            for name in files:
+                path = os.path.join(folder, name)
+                if not name.endswith(".py") or path.endswith(os.path.join("kernellog", "xid_actions.py")):
+                    continue
+                tree = ast.parse(open(path, encoding="utf-8").read())
+                docs = {id(node.body[0].value) for node in ast.walk(tree)
+                        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                        and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+                found += [f"{os.path.relpath(path, root)}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                          if isinstance(node, ast.Constant) and node.value in only_xid and id(node) not in docs]
+    assert found == []

@@ -34,7 +34,8 @@ from .pci import GpuMap
 from .xid_actions import ACTION_TEXT, finding_for
 
 # xid-actions.tsv's "finding" column -> (status, Finding.action): the one Xid-to-drain rule.
-_STATUS = {"evidence": ("ok", "none"), "drain": ("fail", "drain")}
+# (An action whose finding is "none" makes no finding in xid_findings; judged alone, it drains nothing.)
+_STATUS = {"none": ("ok", "none"), "evidence": ("ok", "none"), "drain": ("fail", "drain")}
 
 
 def judge(action: str, check: str, configured: Mapping[str, str]) -> Tuple[str, str]:

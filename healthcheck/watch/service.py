@@ -35,7 +35,6 @@ READER = "watch"                 # the cursor's reader: <node>.watch
 RUN_TIMEOUT_S = 60.0             # slurmd's own kill of a HealthCheckProgram
 REPEAT_S = 60.0                  # the same event starts another run only after this
 ERROR_BACKOFF_MAX_S = 60.0
-DRAIN_ACTIONS = ("reset_gpu", "reboot", "contact_support")
 
 
 def say(message: str) -> None:
@@ -229,7 +228,7 @@ class Watcher:
         Returns the findings that asked for a run."""
         from ..kernellog.api import read_new_events
         from ..kernellog.event_findings import xid_findings
-        from ..kernellog.xid_actions import action_rank
+        from ..kernellog.xid_actions import action_rank, strongest
 
         self._check_boot()
         read = read_new_events(self.kernel_log, self.state_dir, f"{self.node}.{READER}", config=self.config)
@@ -237,7 +236,7 @@ class Watcher:
         now = self.clock()
         fresh = [f for f in findings
                  if self.seen.new((f.check, f.evidence.get("code"), f.evidence.get("pci")),
-                                  action_rank(f.evidence.get("xid_action") or "contact_support"), now)]
+                                  action_rank(f.evidence.get("xid_action") or strongest()), now)]
         read.commit()
         self._more = read.capped is not None and read.stats.bytes_read > 0
         self.looks += 1
