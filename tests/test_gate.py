@@ -178,9 +178,9 @@ def test_every_hook_drains_for_the_same_xids_as_the_data_says():
     """The health check's findings, the prolog's and epilog's job-window events and the job
     classification follow one rule: the ``finding`` column of data/xid-actions.tsv."""
     from healthcheck.config import Config
-    from healthcheck.datafiles import read_text
+    from healthcheck.safeio.datafiles import read_text
     from healthcheck.kernellog.events import XidEvent
-    from healthcheck.kernellog.findings import xid_findings
+    from healthcheck.kernellog.event_findings import xid_findings
     from healthcheck.kernellog.xid_actions import XID_ACTIONS
     from healthcheck.records.classify import evidence_class
 

@@ -22,12 +22,13 @@ def recovery_action(inp: CheckInput) -> List[Finding]:
         if not value:      # None: the driver cannot say; 0: nothing to do
             continue
         from ..kernellog.catalog import action_map     # only when there is something to name
+        from ..kernellog.xid_actions import strongest
 
         mapping = action_map().get("recovery", {})
         name = GPU_RECOVERY_ACTIONS.get(value, f"unknown ({value})")
         mapped = mapping.get(str(value))
         why = mapped.why if mapped is not None else "a recovery action this tool does not know"
-        ours = mapped.action if mapped is not None else "contact_support"
+        ours = mapped.action if mapped is not None else strongest()      # unknown: never ignored
         findings.append(inp.finding(
             "gpu.recovery_action", "fail",
             f"{gpu.subject()}: the driver asks for recovery action {name} ({why})",
