@@ -15,7 +15,7 @@ from healthcheck.slurm.cli_backend import (JSON_SINCE, job_fields_from_json, nod
 HERE = os.path.join(os.path.dirname(__file__), "fixtures", "slurm", "releases")
 RELEASES = sorted(name for name in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, name)))
 # Each release the lab runs has its captures (slurm_hooks/data/lab-releases.toml).
-EXPECTED = ("24.11", "26.05")
+EXPECTED = ("22.05", "24.11", "26.05")
 
 
 def read(release: str, name: str) -> str:
