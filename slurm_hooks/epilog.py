@@ -12,8 +12,10 @@ EpilogSlurmctld (no SLURMD_NODENAME, no GPU variables): classifies from Slurm's 
 writes the job-level entry (node "*"), so every job gets a class in accounting, also a NODE_FAIL
 job whose node epilog only runs when its slurmd comes back.
 
-The epilog always exits 0: a bad node is drained with our own reason (a non-zero exit would only
-say "Epilog error"), and the tool's own problems never drain a node.
+The epilog exits 0: a bad node is drained with our own reason (a non-zero exit would only say
+"Epilog error"), and the tool's own problems never drain a node. The one exception is opt-in:
+with ``[records] expedite_on_hardware`` the node epilog exits 1 after a hardware fault on one of
+the job's own GPUs, for Slurm 25.11's expedited requeue (``healthcheck/records/expedite.py``).
 """
 from __future__ import annotations
 
@@ -64,8 +66,9 @@ def _body(run):
         result = run_epilog_slurmctld(run.config, os.environ)
     else:
         result = run_epilog(run.config, run.node, os.environ)
-    # A drain is already done with our reason; a non-zero exit would only add "Epilog error".
-    return Ending(0, dict(result, exit_code2=os.environ.get("SLURM_JOB_EXIT_CODE2")))
+    # A drain is already done with our reason; a non-zero exit would only add "Epilog error",
+    # unless the admin asked for it: Slurm 25.11's expedited requeue ([records] expedite_on_hardware).
+    return Ending(1 if result.get("expedite") else 0, dict(result, exit_code2=os.environ.get("SLURM_JOB_EXIT_CODE2")))
 
 
 def _stopped_by_watchdog(run, deadline: float, where: str):
@@ -259,6 +262,12 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     drain = _drain_if_bad(config, backend, node, report.findings, kernel["events"], sources)
     if drain:
         out["drained"] = drain
+    from healthcheck.records.expedite import expedite
+
+    if expedite(bool(config.section("records")["expedite_on_hardware"]), result.cls, result.cause, job_gpus):
+        out["expedite"] = True
+        print(f"slurm-gpu-epilog: {node}: job {job_id}: {result.cls} on its GPU {result.cause.get('gpu')}: exit 1 "
+              "for an expedited requeue ([records] expedite_on_hardware)", file=sys.stderr)
     if record.get("entry_wanted"):
         out["accounting"] = _queue_and_deliver(config, record, backend)
     elif config.section("records")["accounting"]:

@@ -121,6 +121,35 @@ def test_epilog_classifies_a_gpu_lost_mid_job_and_queues_its_entry(node):
     assert not os.path.exists(os.path.join(node["state"], "kernellog", "gpu1.job.5"))
 
 
+@pytest.mark.parametrize("enabled,lost_gpu,code", [(True, 3, 1), (False, 3, 0), (True, 6, 0)])
+def test_expedited_requeue_exits_1_only_when_asked_and_only_for_the_jobs_own_gpu(node, enabled, lost_gpu, code,
+                                                                                  capsys):
+    """[records] expedite_on_hardware: Slurm 25.11 requeues a --requeue=expedite job when the
+    epilog fails; a fault on a GPU the job was not given (6) is not the job's."""
+    if enabled:
+        with open(node["config"]) as handle:
+            text = handle.read()
+        with open(node["config"], "w") as handle:
+            handle.write(text.replace("[records]\n", "[records]\nexpedite_on_hardware = true\n"))
+    assert prolog.main([]) == 0
+    inject(node, f"gpu.{lost_gpu}.state=lost", "--log", XID79.format(pci=kernel_pci(node, lost_gpu)))
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "1:0")
+    assert epilog.main([]) == code
+    assert ("expedited requeue" in capsys.readouterr().err) == bool(code)
+
+
+def test_the_expedite_rule_is_hardware_on_the_jobs_gpus_only():
+    from healthcheck.records.expedite import expedite
+
+    assert expedite(True, "GPU_LOST", {"gpu": 2}, [2, 3])
+    assert not expedite(False, "GPU_LOST", {"gpu": 2}, [2, 3])
+    assert not expedite(True, "GPU_OOM", {"gpu": 2}, [2, 3])            # the application's
+    assert not expedite(True, "INFINIBAND", {"port": "mlx5_0:1"}, [2, 3])
+    assert not expedite(True, "GPU_ECC", {"gpu": 5}, [2, 3])
+    assert not expedite(True, "GPU_LOST", None, [2, 3]) and not expedite(True, "GPU_LOST", {"gpu": 2}, None)
+
+
 def test_an_ordinary_ending_writes_a_record_but_no_node_entry(node):
     assert prolog.main([]) == 0
     node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")

@@ -254,6 +254,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
                                          "job's user, for a GPU out-of-memory message (GPU_OOM)"),
         "job_output_tail_kib": Field(int, minimum=1, maximum=1024),
         "job_output_timeout_s": Field(float, minimum=0.1, maximum=10),
+        "expedite_on_hardware": Field(bool, doc="the node epilog exits 1 after a hardware fault on one of the "
+                                      "job's own GPUs (Slurm 25.11+ expedited requeue)"),
         "epilog_deadline_s": Field(float, minimum=1, maximum=JOB_HOOK_DEADLINE_MAX_S,
                                    doc="seconds, below Slurm's PrologEpilogTimeout"),
     },
