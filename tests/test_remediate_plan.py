@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from healthcheck.plain import replace
 
 import pytest
 

@@ -311,12 +311,12 @@ class Session:
         """After the health check's judgement: the remediation's step for our drain (a reboot asked
         of Slurm within the cluster-wide budget, inspection once the reboots are spent, or nothing
         now); None when ``[remediate]`` is off or nothing of ours is drained."""
-        from ..remediate import ledger as ledgers
         from ..remediate.plan import RemediatePolicy
 
         rpolicy = RemediatePolicy.from_config(self.config)
         if not rpolicy.enabled or self.state.drained is None:
             return None
+        from ..remediate import ledger as ledgers    # only now: every health check comes here
         now = time.time() if now is None else now
         try:
             with ledgers.changing(self.state_dir, self.node) as ledger:

@@ -12,7 +12,7 @@ the caller passes what it read (Slurm's node, the ledger, the findings) as ``Sit
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..plain import plain
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 # What remediation does next (``drained --json``'s ``next``):
@@ -36,7 +36,7 @@ SLURM_OWNS_FLAGS = ("DOWN", "NOT_RESPONDING", "REBOOT_ISSUED", "POWERING_DOWN", 
 REBOOT_PENDING_FLAGS = ("REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT")
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class RemediatePolicy:
     enabled: bool = False
     max_reboots: int = 2
@@ -52,7 +52,7 @@ class RemediatePolicy:
                    gpu_reset=bool(section["gpu_reset"]))
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class Situation:
     """What one decision looks at (all read by the caller)."""
     ours: bool                          # the node is drained with our reason
@@ -68,7 +68,7 @@ class Situation:
     rebooting_elsewhere: int = 0        # other nodes rebooting now (Slurm's flags, cluster-wide)
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class Step:
     kind: str
     rule: str

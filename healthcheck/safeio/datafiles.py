@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+# healthcheck/data, beside this package (healthcheck/safeio): the healthcheck package's own data.
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 
 
 def data_path(*parts: str) -> str:
