@@ -45,6 +45,20 @@ class Ending(NamedTuple):
     journal: Optional[Dict[str, Any]] = None    # the journal line's detail; None: nothing journaled
 
 
+def config_or_exit(prog: str, path: Optional[str], env: Mapping[str, str] = os.environ,
+                   cached: bool = False) -> Union[Config, int]:
+    """The config a person named (``--config``; None: the default lookup) for a program they run:
+    when it is not usable, one line and exit status 2 (a hook Slurm runs fails open instead:
+    ``load_config_or_none``)."""
+    try:
+        return Config.load(path, env, cached=cached)
+    except ConfigError as exc:
+        print(f"{prog}: {exc.lines()[0]}", file=sys.stderr)
+    except OSError as exc:
+        print(f"{prog}: config unreadable: {path + ': ' if path else ''}{exc.strerror or exc}", file=sys.stderr)
+    return 2
+
+
 def start(name: str, env: Mapping[str, str] = os.environ, hook: Optional[str] = None, node: Optional[str] = None,
           config_path: Optional[str] = None, **journal: Any) -> Union[HookRun, int]:
     """The usual start of a hook: its config (the default one not usable: exit 0, one line; an
@@ -53,14 +67,9 @@ def start(name: str, env: Mapping[str, str] = os.environ, hook: Optional[str] = 
     from ..config import node_name
 
     if config_path is not None:
-        try:
-            config = Config.load(config_path, env)
-        except ConfigError as exc:
-            print(f"slurm-gpu-{name}: {exc.lines()[0]}", file=sys.stderr)
-            return 2
-        except OSError as exc:
-            print(f"slurm-gpu-{name}: {config_path}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+        config = config_or_exit(f"slurm-gpu-{name}", config_path, env)
+        if isinstance(config, int):
+            return config
     else:
         config = load_config_or_none(env, name)
     if config is None:

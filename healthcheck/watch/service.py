@@ -411,16 +411,12 @@ def parse(argv: Optional[Sequence[str]]):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse(argv)
-    from ..config import Config, ConfigError, node_name
+    from ..config import node_name
+    from ..hooklib.skeleton import config_or_exit
 
-    try:
-        config = Config.load(args.config, os.environ, cached=True)
-    except ConfigError as exc:
-        print(f"{PROG}: {exc.lines()[0]}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"{PROG}: config unreadable: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+    config = config_or_exit(PROG, args.config, os.environ, cached=True)
+    if isinstance(config, int):
+        return config
     try:
         node = node_name(args.node, os.environ)
         from ..safeio.fsutil import path_component
