@@ -50,13 +50,22 @@ def config_or_exit(prog: str, path: Optional[str], env: Mapping[str, str] = os.e
     """The config a person named (``--config``; None: the default lookup) for a program they run:
     when it is not usable, one line and exit status 2 (a hook Slurm runs fails open instead:
     ``load_config_or_none``)."""
+    loaded = _load(path, env, cached)
+    if isinstance(loaded, Config):
+        return loaded
+    print(f"{prog}: config {loaded}", file=sys.stderr)
+    return 2
+
+
+def _load(path: Optional[str], env: Mapping[str, str], cached: bool) -> Union[Config, str]:
+    """The config, or why it cannot be had in words ("unusable: file: key: ..." or "unreadable:
+    ..."): never raised, each caller says it its own way."""
     try:
         return Config.load(path, env, cached=cached)
     except ConfigError as exc:
-        print(f"{prog}: {exc.lines()[0]}", file=sys.stderr)
+        return f"unusable: {exc.lines()[0]}"
     except OSError as exc:
-        print(f"{prog}: config unreadable: {path + ': ' if path else ''}{exc.strerror or exc}", file=sys.stderr)
-    return 2
+        return f"unreadable: {path}: {exc.strerror or exc}" if path else f"unreadable: {exc}"
 
 
 def start(name: str, env: Mapping[str, str] = os.environ, hook: Optional[str] = None, node: Optional[str] = None,
@@ -186,12 +195,11 @@ def load_config_or_none(env: Mapping[str, str] = os.environ, hook: str = "hook")
     A hook that cannot read its own config must not drain the node or fail the job: the
     tool being broken is not the node being broken.
     """
-    try:
-        return Config.load(None, env, cached=True)
-    except ConfigError as exc:
-        print(f"slurm-gpu-{hook}: config unusable, doing nothing: {exc.lines()[0]}", file=sys.stderr)
-    except OSError as exc:
-        print(f"slurm-gpu-{hook}: config unreadable, doing nothing: {exc}", file=sys.stderr)
+    loaded = _load(None, env, True)
+    if isinstance(loaded, Config):
+        return loaded
+    kind, _, why = loaded.partition(": ")
+    print(f"slurm-gpu-{hook}: config {kind}, doing nothing: {why}", file=sys.stderr)
     return None
 
 
