@@ -5,6 +5,7 @@ then our reason says inspect and nothing more happens; the cluster-wide budget; 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -122,6 +123,30 @@ def test_a_lemon_gets_exactly_max_reboots_then_inspection_and_is_left_alone(tmp_
     assert [c[0] for c in cluster.slurm.writes()] == writes
     shown = drained_row(cluster, "gpu1")
     assert (shown["reboots"], shown["next"]) == (2, "inspecting")
+    # One episode: Slurm put the node back in service after each reboot, but the fault came back.
+    [entry] = ledgers.load(cluster.state_dir, "gpu1").entries.values()
+    [episode] = entry.episodes
+    assert (len(episode.reboots), episode.outcome, episode.resumed_at) == (2, "inspect", None)
+
+
+def test_the_summary_reports_per_cause_how_remediation_went(tmp_path):
+    """slurm-gpu summary's remediation rows: a lost GPU back in service after one reboot, a lemon
+    drained for inspection after two, the median time from drain to back in service."""
+    from slurm_hooks.summary.remediation import load_ledgers, rows
+
+    cluster = Cluster(tmp_path, names=("gpu1", "gpu2"), health={"budget_enabled": False}, max_reboots=2)
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    cluster.sims["gpu2"].inject([("gpu.1.state", "lost"), ("gpu.1.lost_every_boot", True)])
+    for _ in range(6):
+        for name in ("gpu1", "gpu2"):
+            result = cluster.run(name)
+            if result.remediation is not None and result.remediation.decision.kind == "reboot":
+                cluster.reboot(name)
+    row = rows(load_ledgers(cluster.state_dir))["gpu.lost"]
+    assert {k: row[k] for k in ("drains", "back_in_service", "inspect", "open", "reboots", "worked_share")} == \
+        {"drains": 2, "back_in_service": 1, "inspect": 1, "open": 0, "reboots": 3, "worked_share": 0.5}
+    assert row["median_drain_to_service_s"] is not None and row["median_drain_to_service_s"] >= 0
+    assert rows(load_ledgers(cluster.state_dir), since=time.time() + 60) == {}
 
 
 def drained_row(cluster, name):

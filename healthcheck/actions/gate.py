@@ -299,7 +299,10 @@ class Session:
         try:
             with ledgers.changing(self.state_dir, self.node) as ledger:
                 if after is not None:
-                    ledger.note_drain(_signature(after), after.cause, now)
+                    from ..remediate.plan import RemediatePolicy
+
+                    ledger.note_drain(_signature(after), after.cause, now,
+                                      reopen_within_s=RemediatePolicy.from_config(self.config).window_s)
                 else:
                     ledger.note_resumed(now)
                     if outcome.request.intent == "resume" and outcome.applied.done:

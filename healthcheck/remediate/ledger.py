@@ -88,11 +88,20 @@ class Ledger:
         return self.asked.kind if self.asked is not None and self.asked.boot_id == boot_id else ""
 
     # -- changing ------------------------------------------------------------------------------
-    def note_drain(self, signature: str, cause: str, at: float) -> None:
+    def note_drain(self, signature: str, cause: str, at: float, reopen_within_s: float = 0.0) -> None:
+        """Our drain for this signature began. The same fault back within ``reopen_within_s`` of an
+        episode that ended in service after a reboot (a lemon: Slurm resumed it, the fault came
+        back) continues that episode: it did not stay in service."""
         entry = self.entry(signature, cause)
-        if entry.open_episode() is None:
-            entry.episodes.append(Episode(drained_at=at))
-            del entry.episodes[:-MAX_EPISODES]
+        if entry.open_episode() is not None:
+            return
+        last = entry.episodes[-1] if entry.episodes else None
+        if last is not None and last.outcome == "resumed" and last.reboots and last.resumed_at is not None \
+                and at - last.resumed_at < reopen_within_s:
+            last.outcome, last.resumed_at = "", None
+            return
+        entry.episodes.append(Episode(drained_at=at))
+        del entry.episodes[:-MAX_EPISODES]
 
     def note_reboot(self, signature: str, cause: str, boot_id: str, at: float) -> None:
         entry = self.entry(signature, cause)

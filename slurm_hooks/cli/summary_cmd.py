@@ -231,6 +231,9 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
                    source=f"file {input_path}" if input_path else "sacct")
     if drain_note:
         report["drained_note"] = drain_note
+    from slurm_hooks.summary.remediation import load_ledgers, rows as remediation_rows
+
+    report["remediation"] = remediation_rows(load_ledgers(cfg.state_dir), since, until)
     try:
         _write(report, mode, csv_table, jobs_out, html_path, top_nodes, out)
         out.flush()

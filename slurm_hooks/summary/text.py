@@ -72,6 +72,13 @@ def render_text(report: Dict[str, Any], top_nodes: int = TOP_NODES) -> str:
         out.append("Drained now: not known")
     else:
         out.append("Drained now: none")
+    if report.get("remediation"):
+        out.append("")
+        out += _table(["REMEDIATED CAUSE", "DRAINS", "BACK", "INSPECT", "OPEN", "REBOOTS", "WORKED", "MEDIAN TO SERVICE"],
+                      [[cause, r["drains"], r["back_in_service"], r["inspect"], r["open"], r["reboots"],
+                        "-" if r["worked_share"] is None else _pct(r["worked_share"]),
+                        "-" if r["median_drain_to_service_s"] is None else f"{r['median_drain_to_service_s']:.0f} s"]
+                       for cause, r in report["remediation"].items()], right=(1, 2, 3, 4, 5, 6, 7))
     for note in report.get("notes", []):
         out.append(terminal_safe(f"note: {note}"))
     return "\n".join(out) + "\n"
