@@ -195,7 +195,7 @@ def load_config_or_none(env: Mapping[str, str] = os.environ, hook: str = "hook")
     A hook that cannot read its own config must not drain the node or fail the job: the
     tool being broken is not the node being broken.
     """
-    loaded = _load(None, env, True)
+    loaded = _load(None, env, cached=True)
     if isinstance(loaded, Config):
         return loaded
     kind, _, why = loaded.partition(": ")
