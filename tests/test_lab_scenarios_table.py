@@ -196,3 +196,40 @@ def test_every_kind_has_a_driver():
     from slurm_hooks.lab.scenarios.drivers import DRIVERS
 
     assert set(DRIVERS) == set(S.KINDS)
+
+
+def test_the_table_holds_every_job_shape_and_checks_each_task_and_component():
+    table = {s.name: s for s in S.load_table()}
+    assert table["array"].kind == "array" and table["array"].array_tasks == (1, 2, 3, 4)
+    assert table["array"].expect_class == "COMPLETED"
+    assert table["hetjob"].kind == "hetjob" and len(table["hetjob"].components) == 2
+    assert table["steps"].srun and table["steps"].steps == 3 and "--nodes=2" in table["steps"].sbatch
+    assert "--no-requeue" in table["node-fail"].sbatch and table["node-fail"].expect_class == "NODE_FAIL"
+    # every task is checked as the job is: a task whose entry never came is a problem
+    task = S.JobResult("array", "task 524_3", "COMPLETED", job_id="524_3", state="COMPLETED", exit_code="0:0",
+                       admin_comment="")
+    assert "recorded class is None" in S.problems_of(table["array"], task, "gpu-hooks:")[0]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('kind = "array"\n', "goes with kind"),
+    ('kind = "simple"\narray = "1-4"\n', "goes with kind"),
+    ('kind = "array"\narray = "1-x"\n', "task range"),
+    ('kind = "hetjob"\ncomponents = [["-w", "gpu1"]]\n', "two `components`"),
+])
+def test_array_and_hetjob_rows_are_checked(tmp_path, extra, message):
+    bad = tmp_path / "t.toml"
+    bad.write_text('[[scenario]]\nname = "x"\ntitle = "t"\n' + extra + 'nodes = ["gpu1"]\n'
+                   'payload = ["sleep", "1"]\nexpect = { state = "COMPLETED" }\n')
+    with pytest.raises(LabError, match=message):
+        S.load_table(str(bad))
+
+
+def test_steps_run_one_srun_after_the_other_and_stop_at_a_failing_one(tmp_path):
+    from slurm_hooks.lab.paths import LabPaths
+    from slurm_hooks.lab.scenarios.session import LabSession
+
+    steps = {s.name: s for s in S.load_table()}["steps"]
+    script = LabSession(LabPaths(str(tmp_path)), print, 10).script(steps, steps.payload)
+    lines = script.splitlines()
+    assert lines[0] == "set -e" and len(lines) == 4 and all(line.startswith("/usr/bin/srun ") for line in lines[1:])

@@ -13,7 +13,7 @@ from .commands import run, slurm_env
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
                 "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
-SACCT_FIELDS = ("JobID", "JobName", "Partition", "State", "ExitCode", "DerivedExitCode", "Elapsed",
+SACCT_FIELDS = ("JobID", "JobIDRaw", "JobName", "Partition", "State", "ExitCode", "DerivedExitCode", "Elapsed",
                 "NodeList", "AdminComment", "Reason")
 
 

@@ -30,7 +30,7 @@ def expected_entries(scenario_run) -> Dict[str, Set[Tuple[str, str, str]]]:
     for row in scenario_run["results"]:
         if not row["job_id"]:
             continue
-        job = row["job_id"]
+        job = row.get("raw_job_id") or row["job_id"]     # the hooks' SLURM_JOB_ID (an array task's raw id)
         nodes = hostlist.expand_hostlist(row["nodes"])
         entries = {("prolog", node, job) for node in nodes} | {("epilog", node, job) for node in nodes}
         entries.add(("epilog_slurmctld", "slurmctld", job))

@@ -139,7 +139,42 @@ def drive_fault(session: LabSession, scenario: Scenario, main: JobResult, result
     session.observe_drains(scenario, main)
 
 
+def _each_part(session: LabSession, scenario: Scenario, main: JobResult, results: List[JobResult],
+               ids: List[str], role: str) -> None:
+    """Wait for every array task or component (sacct's ids) to end; each is its own result."""
+    from ..slurmcli import is_final
+
+    def ended() -> bool:
+        rows = [session.slurm.sacct(shown) for shown in ids]
+        return all(r and is_final(r[0]["State"]) for r in rows)
+    session.wait(f"{scenario.name}: {', '.join(ids)} to end", ended, 200)
+    for index, shown in enumerate(ids):
+        result = main
+        if index:
+            result = JobResult(scenario.name, f"{role} {shown}", scenario.expect_state)
+            results.append(result)
+        session.collect(result, shown)
+        session.await_class(scenario, result)
+
+
+def drive_array(session: LabSession, scenario: Scenario, main: JobResult, results: List[JobResult],
+                jobs: List[str]) -> None:
+    array_id = session.submit(scenario, [*scenario.sbatch, f"--array={scenario.array}"], scenario.payload)
+    jobs.append(array_id)
+    _each_part(session, scenario, main, results, [f"{array_id}_{task}" for task in scenario.array_tasks], "task")
+
+
+def drive_hetjob(session: LabSession, scenario: Scenario, main: JobResult, results: List[JobResult],
+                 jobs: List[str]) -> None:
+    het_id = session.submit_het(scenario, scenario.payload)
+    jobs.append(het_id)
+    _each_part(session, scenario, main, results, [f"{het_id}+{k}" for k in range(len(scenario.components))],
+               "component")
+
+
 DRIVERS: Dict[str, Driver] = {
+    "array": drive_array,
+    "hetjob": drive_hetjob,
     "simple": drive_simple,
     "cancel": drive_cancel,
     "preempt": drive_preempt,

@@ -15,7 +15,8 @@ class JobResult:
     scenario: str
     role: str                        # "job", or "preemptor" for the high-tier job
     expected: str
-    job_id: Optional[str] = None
+    job_id: Optional[str] = None     # as sacct shows it: 524_2 for an array task, 1234+1 for a component
+    raw_job_id: Optional[str] = None  # sacct's JobIDRaw: SLURM_JOB_ID in the hooks, the journal's job_id
     state: str = ""
     exit_code: str = ""
     elapsed: str = ""
@@ -65,7 +66,7 @@ def problems_of(scenario: Scenario, result: JobResult, drain_prefix: str) -> Lis
     problems: List[str] = []
     if not state_matches(result.state, result.expected):
         problems.append(f"sacct State is {result.state!r}, expected {result.expected!r}")
-    if result.role != "job":
+    if result.role == "preemptor":
         return problems
     expect = scenario.expect
     want_exit = expect.get("exit_code")

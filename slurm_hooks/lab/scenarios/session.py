@@ -112,6 +112,8 @@ class LabSession:
             args += ["--config", self.lab.hooks_config]
         command = [rootfs.python(self.lab, current(self.lab)), "-m", "slurm_hooks.lab.payload", *args]
         line = " ".join(shlex.quote(part) for part in command)
+        if scenario.srun and scenario.steps > 1:
+            return "set -e\n" + "\n".join(f"/usr/bin/srun {line}" for _ in range(scenario.steps))
         if scenario.srun:
             return f"exec /usr/bin/srun {line}"
         return f"exec {line}"
@@ -123,6 +125,16 @@ class LabSession:
                 f"--chdir={self.lab.jobs}", f"--nodelist={','.join(scenario.nodes)}", *options]
         job_id = self.slurm.sbatch(argv, self.script(scenario, payload))
         self.echo(f"{scenario.name}: submitted job {job_id}{'' if role == 'job' else ' (' + role + ')'}")
+        return job_id
+
+    def submit_het(self, scenario: Scenario, payload: Sequence[str]) -> str:
+        """``sbatch [common C0] : C1 : ...``: a heterogeneous job, one component per option list."""
+        argv: List[str] = [f"--job-name=lab-{scenario.name}", f"--output={self.lab.jobs}/{scenario.name}-%j.out",
+                           f"--chdir={self.lab.jobs}"]
+        for index, component in enumerate(scenario.components):
+            argv += ([":"] if index else []) + list(component)
+        job_id = self.slurm.sbatch(argv, self.script(scenario, payload))
+        self.echo(f"{scenario.name}: submitted heterogeneous job {job_id} ({len(scenario.components)} components)")
         return job_id
 
     def output_path(self, scenario: Scenario, job_id: str, role: str = "job") -> str:
@@ -178,6 +190,7 @@ class LabSession:
             return row if stable else None
         row = self.wait(f"sacct to record job {job_id}", recorded, 30)
         result.state = row["State"]
+        result.raw_job_id = row.get("JobIDRaw") or job_id
         result.exit_code = row["ExitCode"]
         result.elapsed = row["Elapsed"]
         result.nodes = (info or {}).get("NodeList") or row["NodeList"]
@@ -237,4 +250,4 @@ class LabSession:
                 by_job.setdefault(str(entry["job_id"]), set()).add(f"{entry.get('hook')}@{entry.get('node')}")
         for result in results:
             if result.job_id:
-                result.hooks = sorted(by_job.get(result.job_id, ()))
+                result.hooks = sorted(by_job.get(result.raw_job_id or result.job_id, ()))

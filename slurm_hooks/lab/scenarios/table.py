@@ -5,6 +5,7 @@ and validates it, so a bad row is one clear line before any job is submitted.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Dict, List, Optional, Tuple
@@ -16,7 +17,7 @@ from healthcheck.schema import Field, validate
 from .. import LabError
 from .. import paths as P
 
-KINDS = ("simple", "cancel", "preempt", "node_fail", "fault", "oom")
+KINDS = ("simple", "cancel", "preempt", "node_fail", "fault", "oom", "array", "hetjob")
 
 _STR_LIST = Field(list, item=Field(str))
 SCENARIO_SCHEMA: Dict[str, Any] = {
@@ -28,6 +29,13 @@ SCENARIO_SCHEMA: Dict[str, Any] = {
     "sbatch": _STR_LIST,
     "payload": Field(list, required=True, item=Field(str)),
     "srun": Field(bool),
+    # kind "array": sbatch's --array (each task is checked against `expect` on its own)
+    "array": Field(str, check=lambda v: None if re.match(r"^[0-9]{1,4}(-[0-9]{1,4})?$", v) else
+                   "is a task range such as 1-4"),
+    # srun steps the job script runs one after the other (with srun = true)
+    "steps": Field(int, minimum=1, maximum=10),
+    # kind "hetjob": one sbatch option list per component (`sbatch C0 : C1 ...`), each checked
+    "components": Field(list, item=_STR_LIST),
     "inject": _STR_LIST,
     "log": _STR_LIST,
     "expect": {
@@ -57,6 +65,14 @@ class Scenario:
     srun: bool = False
     inject: Tuple[str, ...] = ()
     log: Tuple[str, ...] = ()
+    array: str = ""
+    steps: int = 1
+    components: Tuple[Tuple[str, ...], ...] = ()
+
+    @property
+    def array_tasks(self) -> Tuple[int, ...]:
+        first, _, last = self.array.partition("-")
+        return tuple(range(int(first), int(last or first) + 1)) if self.array else ()
 
     @property
     def expect_state(self) -> str:
@@ -97,9 +113,16 @@ def parse_table(text: str, source: str = "lab-scenarios.toml") -> List[Scenario]
         seen.add(raw["name"])
         if raw["kind"] == "fault" and not raw.get("inject"):
             raise LabError(f"{source}: fault scenario {raw['name']!r} injects nothing")
+        if (raw["kind"] == "array") != bool(raw.get("array")):
+            raise LabError(f"{source}: scenario {raw['name']!r}: `array` goes with kind \"array\", and only there")
+        if (raw["kind"] == "hetjob") != (len(raw.get("components", ())) >= 2):
+            raise LabError(f"{source}: scenario {raw['name']!r}: kind \"hetjob\" needs two `components` or more, "
+                           "and only it has them")
         table.append(Scenario(
             name=raw["name"], title=raw["title"], kind=raw["kind"], nodes=tuple(raw["nodes"]),
             payload=tuple(raw["payload"]), expect=dict(raw["expect"]),
             exclusive=raw.get("exclusive", False), sbatch=tuple(raw.get("sbatch", ())),
-            srun=raw.get("srun", False), inject=tuple(raw.get("inject", ())), log=tuple(raw.get("log", ()))))
+            srun=raw.get("srun", False), inject=tuple(raw.get("inject", ())), log=tuple(raw.get("log", ())),
+            array=raw.get("array", ""), steps=raw.get("steps", 1),
+            components=tuple(tuple(c) for c in raw.get("components", ()))))
     return table

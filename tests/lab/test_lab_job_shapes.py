@@ -1,0 +1,120 @@
+"""Every job shape on the real cluster (issues 19 and 24): array tasks and heterogeneous
+components each get their own AdminComment entry and `slurm-gpu job` view, by the id sacct shows
+and by their raw id; a requeued job keeps each run's ending; an admin's own AdminComment text
+survives our entries; a 60-task array and the jobs after it all reach AdminComment while a
+malformed queue file sits in the outbox."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Optional
+
+import pytest
+
+from healthcheck.records import admin_comment as ac
+
+from .conftest import slurm_gpu, wait_for
+
+pytestmark = pytest.mark.lab
+
+
+def sacct(lab, job: str, fields: str = "JobID,JobIDRaw,State,AdminComment", *extra: str) -> List[Dict[str, str]]:
+    result = lab.run("sacct", "-X", "-n", "-P", "-j", job, "-o", fields, *extra)
+    assert result.returncode == 0, result.stderr
+    names = fields.split(",")
+    return [dict(zip(names, line.split("|", len(names) - 1))) for line in result.stdout.splitlines() if line]
+
+
+def view(lab, job: str) -> dict:
+    result = slurm_gpu("job", job, "--json", env=lab.env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def state_dir(lab) -> str:
+    from healthcheck.config import Config
+
+    return Config.load(lab.env["SLURM_GPU_HOOKS_CONFIG"]).state_dir
+
+
+def submit(lab, *args: str) -> str:
+    result = lab.run("sbatch", "--parsable", "-o", "/dev/null", *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().split(";")[0]
+
+
+def test_each_array_task_has_its_own_entry_and_is_shown_by_either_id(lab, scenario_run):
+    tasks = [r for r in scenario_run["by_name"]["array"]]
+    assert len(tasks) == 4 and all(r["ok"] for r in tasks), tasks
+    raws = set()
+    for task in tasks:
+        shown, raw = task["job_id"], task["raw_job_id"]
+        assert "_" in shown and raw.isdigit(), task
+        raws.add(raw)
+        [row] = sacct(lab, shown)
+        assert row["JobIDRaw"] == raw
+        entries = ac.parse(row["AdminComment"])
+        assert [(e["node"], e["class"]) for e in entries] == [("*", "COMPLETED")], row
+        for asked in (shown, raw):
+            seen = view(lab, asked)
+            assert (seen["shown_job_id"], seen["raw_job_id"], seen["class"]) == (shown, raw, "COMPLETED"), seen
+    assert len(raws) == 4
+
+
+def test_each_het_component_has_its_own_entry(lab, scenario_run):
+    parts = scenario_run["by_name"]["hetjob"]
+    assert [r["job_id"].split("+")[1] for r in parts] == ["0", "1"] and all(r["ok"] for r in parts), parts
+    for part in parts:
+        [row] = sacct(lab, part["raw_job_id"])
+        assert row["JobID"] == part["job_id"] and ac.parse(row["AdminComment"])[0]["class"] == "COMPLETED"
+        assert view(lab, part["job_id"])["raw_job_id"] == part["raw_job_id"]
+
+
+def test_a_requeued_job_keeps_the_ending_of_each_run(lab, scenario_run):
+    from healthcheck.records import store
+
+    main = scenario_run["by_name"]["preempt-requeue"][0]
+    runs = store.earlier_runs(state_dir(lab), main["raw_job_id"])
+    # run 0 ended preempted and requeued (its epilog saw Restarts=1 already); run 1 completed
+    assert [(r["node"], r["class"] in ("REQUEUED", "PREEMPTED"), r["run"]) for r in runs if r["node"] == "*"] \
+        == [("*", True, 0)], runs
+    latest = store.read_record(state_dir(lab), main["raw_job_id"], "*")
+    assert (latest["class"], latest["restarts"]) == ("COMPLETED", 1)
+    assert view(lab, main["job_id"])["class"] == "COMPLETED"
+
+
+def test_an_admins_own_admin_comment_survives_our_entry(lab):
+    note = "Admin: node swap 'scheduled' by ops"
+    job = submit(lab, "-w", "gpu2", "--gres=gpu:1", "--wrap", "sleep 5")
+    wait_for(f"job {job} running", lambda: "RUNNING" in lab.run("squeue", "-h", "-j", job, "-o", "%T").stdout)
+    result = lab.run("scontrol", "update", f"jobid={job}", f"AdminComment={note}")
+    assert result.returncode == 0, result.stderr
+    def ours() -> Optional[str]:
+        rows = sacct(lab, job)
+        return rows[0]["AdminComment"] if rows and ac.parse(rows[0]["AdminComment"]) else None
+    comment = wait_for(f"job {job}'s entry", ours, timeout=90)
+    assert [e["class"] for e in ac.parse(comment)] == ["COMPLETED"]
+    # what accounting stored of the admin's text (22.05's sacctmgr lower-cases on our write) stays whole
+    assert ac.others(comment).lower().replace("`", "'") == note.lower(), comment
+
+
+def test_a_60_task_array_and_the_jobs_after_it_reach_admin_comment_past_a_malformed_queue_file(lab):
+    from healthcheck import fsutil
+
+    outbox = os.path.join(state_dir(lab), "outbox")
+    fsutil.ensure_dir(outbox)
+    bad = os.path.join(outbox, "999999._job.json")
+    with open(bad, "w") as handle:
+        json.dump({"job_id": "999999 -j 1", "entry": "x", "queued_at": "x"}, handle)
+    array = submit(lab, "--array=1-60", "-p", "low", "--gres=gpu:1", "--wrap", "true")
+    after = [submit(lab, "-w", node, "--gres=gpu:1", "--wrap", "exit 3") for node in ("gpu1", "gpu2", "gpu3")]
+
+    def missing() -> List[str]:
+        rows = sacct(lab, ",".join([array] + after))
+        done = {r["JobID"] for r in rows if ac.parse(r["AdminComment"])}
+        wanted = {f"{array}_{task}" for task in range(1, 61)} | set(after)
+        return sorted(wanted - done)
+    wait_for("every task and the jobs after it in AdminComment", lambda: not missing(), timeout=400, every=3)
+    for job in after:
+        assert ac.parse(sacct(lab, job)[0]["AdminComment"])[0]["class"] == "FAILED"
+    assert not os.path.exists(bad) and os.path.exists(bad + ".corrupt")
