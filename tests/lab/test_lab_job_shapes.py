@@ -65,7 +65,8 @@ def test_each_het_component_has_its_own_entry(lab, scenario_run):
     parts = scenario_run["by_name"]["hetjob"]
     assert [r["job_id"].split("+")[1] for r in parts] == ["0", "1"] and all(r["ok"] for r in parts), parts
     for part in parts:
-        [row] = sacct(lab, part["raw_job_id"])
+        # `sacct -j <leader's raw id>` lists every component: the row is the one of that raw id
+        [row] = [r for r in sacct(lab, part["raw_job_id"]) if r["JobIDRaw"] == part["raw_job_id"]]
         assert row["JobID"] == part["job_id"] and ac.parse(row["AdminComment"])[0]["class"] == "COMPLETED"
         assert view(lab, part["job_id"])["raw_job_id"] == part["raw_job_id"]
 
