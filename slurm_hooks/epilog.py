@@ -162,7 +162,7 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
     record: Dict[str, Any] = {
         "job_id": job_id, "node": store.JOB_LEVEL, "class": result.cls, "slurm_class": result.slurm.cls,
         "slurm_why": result.slurm.why, "exit": result.slurm.exit, "signal": result.slurm.signal, "cause": None,
-        "evidence": [], "ended_at": now, "nodes": env.get("SLURM_JOB_NODELIST") or fields.get("NodeList"),
+        "evidence": [], "ended_at": now, "nodes": _node_list(fields, env),
         "elapsed_s": None if started is None else max(0, int(now - started)), "context": CONTEXT_SLURMCTLD,
         "slurm": {k: fields.get(k) for k in ("JobState", "Reason", "ExitCode", "PreemptTime", "Restarts")},
     }
@@ -177,6 +177,13 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
     if config.section("records")["accounting"]:
         delivery = _queue_and_deliver(config, record, backend)
     return {"result": "classified", "class": result.cls, "accounting": delivery}
+
+
+def _node_list(fields: Mapping[str, str], env: Mapping[str, str]) -> Optional[str]:
+    """The job's nodes: scontrol's NodeList first, since EpilogSlurmctld's SLURM_JOB_NODELIST is the
+    leader's for every component of a heterogeneous job (measured on 22.05: 1234+1 on gpu2 said gpu1)."""
+    listed = fields.get("NodeList")
+    return listed if listed and listed not in ("(null)", "None assigned") else env.get("SLURM_JOB_NODELIST")
 
 
 # -- the node epilog ------------------------------------------------------------------------------

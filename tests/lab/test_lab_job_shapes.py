@@ -66,8 +66,11 @@ def test_each_het_component_has_its_own_entry(lab, scenario_run):
     assert [r["job_id"].split("+")[1] for r in parts] == ["0", "1"] and all(r["ok"] for r in parts), parts
     for part in parts:
         # `sacct -j <leader's raw id>` lists every component: the row is the one of that raw id
-        [row] = [r for r in sacct(lab, part["raw_job_id"]) if r["JobIDRaw"] == part["raw_job_id"]]
-        assert row["JobID"] == part["job_id"] and ac.parse(row["AdminComment"])[0]["class"] == "COMPLETED"
+        rows = sacct(lab, part["raw_job_id"], "JobID,JobIDRaw,NodeList,AdminComment")
+        [row] = [r for r in rows if r["JobIDRaw"] == part["raw_job_id"]]
+        [entry] = ac.parse(row["AdminComment"])
+        assert row["JobID"] == part["job_id"] and entry["class"] == "COMPLETED"
+        assert entry["nodes"] == row["NodeList"].lower(), (entry, row)      # the component's own node
         assert view(lab, part["job_id"])["raw_job_id"] == part["raw_job_id"]
 
 
