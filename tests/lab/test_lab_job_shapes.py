@@ -103,7 +103,7 @@ def test_an_admins_own_admin_comment_survives_our_entry(lab):
 
 
 def test_a_60_task_array_and_the_jobs_after_it_reach_admin_comment_past_a_malformed_queue_file(lab):
-    from healthcheck import fsutil
+    from healthcheck.safeio import fsutil
 
     outbox = os.path.join(state_dir(lab), "outbox")
     fsutil.ensure_dir(outbox)
