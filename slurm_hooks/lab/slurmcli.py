@@ -66,13 +66,13 @@ class Slurm:
 
     def sacct(self, job_id: str, duplicates: bool = False) -> List[Dict[str, str]]:
         """Allocation rows (-X) of a job; with ``duplicates`` every incarnation (-D)."""
-        leader, het, _ = str(job_id).partition("+")
+        leader, plus, _ = str(job_id).partition("+")
         try:
             rows = self.backend.accounting([leader], list(SACCT_FIELDS), every_incarnation=duplicates)
         except SlurmError:
             return []
         # a heterogeneous job's component (1234+1): the leader's rows, that component's only
-        return [r for r in rows if r.get("JobID") == str(job_id)] if het else rows
+        return [r for r in rows if r.get("JobID") == str(job_id)] if plus else rows
 
     # -- nodes ---------------------------------------------------------------------------------
     def nodes(self) -> Dict[str, Dict[str, str]]:
