@@ -2,7 +2,8 @@
 components each get their own AdminComment entry and `slurm-gpu job` view, by the id sacct shows
 and by their raw id; a requeued job keeps each run's ending; an admin's own AdminComment text
 survives our entries; a 60-task array and the jobs after it all reach AdminComment while a
-malformed queue file sits in the outbox."""
+malformed queue file sits in the outbox. All but the 60-task array run on every release
+(`every_release`); that one on the default release."""
 from __future__ import annotations
 
 import json
@@ -43,6 +44,7 @@ def submit(lab, *args: str) -> str:
     return result.stdout.strip().split(";")[0]
 
 
+@pytest.mark.every_release
 def test_each_array_task_has_its_own_entry_and_is_shown_by_either_id(lab, scenario_run):
     tasks = [r for r in scenario_run["by_name"]["array"]]
     assert len(tasks) == 4 and all(r["ok"] for r in tasks), tasks
@@ -61,6 +63,7 @@ def test_each_array_task_has_its_own_entry_and_is_shown_by_either_id(lab, scenar
     assert len(raws) == 4
 
 
+@pytest.mark.every_release
 def test_each_het_component_has_its_own_entry(lab, scenario_run):
     parts = scenario_run["by_name"]["hetjob"]
     assert [r["job_id"].split("+")[1] for r in parts] == ["0", "1"] and all(r["ok"] for r in parts), parts
@@ -74,6 +77,7 @@ def test_each_het_component_has_its_own_entry(lab, scenario_run):
         assert view(lab, part["job_id"])["raw_job_id"] == part["raw_job_id"]
 
 
+@pytest.mark.every_release
 def test_a_requeued_job_keeps_the_ending_of_each_run(lab, scenario_run):
     from healthcheck.records import store
 
@@ -87,6 +91,7 @@ def test_a_requeued_job_keeps_the_ending_of_each_run(lab, scenario_run):
     assert view(lab, main["job_id"])["class"] == "COMPLETED"
 
 
+@pytest.mark.every_release
 def test_an_admins_own_admin_comment_survives_our_entry(lab):
     note = "Admin: node swap 'scheduled' by ops"
     job = submit(lab, "-w", "gpu2", "--gres=gpu:1", "--wrap", "sleep 5")
