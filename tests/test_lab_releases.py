@@ -124,3 +124,16 @@ def test_the_source_digest_changes_with_a_packaged_file(tmp_path):
     assert rootfs.source_digest(str(tmp_path)) == before
     (tmp_path / "slurm_hooks" / "b.py").write_text("y")
     assert rootfs.source_digest(str(tmp_path)) != before
+
+
+def test_a_reinstall_switches_the_stable_link_in_one_rename_keeping_the_previous_venv(tmp_path):
+    root = str(tmp_path)
+    local = tmp_path / "usr" / "local"
+    local.mkdir(parents=True)
+    (local / "slurm-gpu-hooks").mkdir()          # a venv installed in place by an earlier lab
+    for digest in ("aaa", "bbb", "ccc"):
+        (local / f"slurm-gpu-hooks-{digest}").mkdir()
+        rootfs._switch_link(root, rootfs.VENVS + digest)
+        assert os.readlink(str(local / "slurm-gpu-hooks")) == f"slurm-gpu-hooks-{digest}"   # relative
+    assert sorted(p.name for p in local.iterdir()) == ["slurm-gpu-hooks", "slurm-gpu-hooks-bbb",
+                                                         "slurm-gpu-hooks-ccc"]

@@ -39,10 +39,11 @@ Say = Callable[[str], None]
 ROOTFS_PACKAGES = PACKAGES + ("python3", "python3-venv", "python3-jinja2")
 # Inside the root filesystem: the hooks' venv (system site packages: Debian's jinja2), the
 # marker that says "this /usr is release X", and what was built.
-VENV = "/usr/local/slurm-gpu-hooks"
+VENV = "/usr/local/slurm-gpu-hooks"      # a link to the venv of the source now installed
+VENVS = "/usr/local/slurm-gpu-hooks-"    # + the source digest's first 12 hex digits
 MARKER_DIR = "/usr/lib/slurm-gpu-lab"
 BUILT_STAMP = MARKER_DIR + "/built"
-SOURCE_STAMP = VENV + "/source.sha256"
+SOURCE_STAMP = VENV + "/source.sha256"    # read through the link
 # Copied from the host into the root filesystem's /etc at every `lab up`.
 HOST_ETC = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 UNSHARE = "/usr/bin/unshare"
@@ -240,17 +241,41 @@ def install_hooks(lab: LabPaths, release: Release, say: Say) -> bool:
     if missing:
         run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "--disable-pip-version-check",
              "-w", wheels, *missing], env=host_env, timeout=600, cwd="/")
-    venv_python = f"{VENV}/bin/python"
-    if not os.path.exists(inside(root, venv_python)):
-        run(enter_argv(root, ["/usr/bin/python3", "-m", "venv", "--system-site-packages", VENV]), timeout=300)
-    pip = [venv_python, "-m", "pip", "--disable-pip-version-check", "-q"]
-    run(enter_argv(root, [*pip, "uninstall", "-y", "slurm-gpu-hooks"]), timeout=300, check=False)
+    # A venv per source behind the stable VENV link, switched in one rename once complete (as
+    # docs/install.md does with /opt): a hook started during a reinstall runs the old or the new
+    # install, never half of one.
+    target = VENVS + digest[:12]
+    shutil.rmtree(inside(root, target), ignore_errors=True)
+    run(enter_argv(root, ["/usr/bin/python3", "-m", "venv", "--system-site-packages", target]), timeout=300)
+    pip = [f"{target}/bin/python", "-m", "pip", "--disable-pip-version-check", "-q"]
     run(enter_argv(root, [*pip, "install", "--no-index", "--find-links", wheels, wheel]), timeout=600)
-    with open(stamp, "w", encoding="ascii") as handle:
+    with open(inside(root, target + "/source.sha256"), "w", encoding="ascii") as handle:
         handle.write(digest + "\n")
+    _switch_link(root, target)
     say(f"installed {os.path.basename(wheel)} into {VENV} of the Slurm {release.version} root filesystem "
         f"in {time.monotonic() - began:.1f} s")
     return True
+
+
+def _switch_link(root: str, target: str) -> None:
+    """Point VENV at ``target`` (one rename); keep the venv it pointed at before (a hook may still
+    run from it), remove older ones."""
+    link = inside(root, VENV)
+    previous = ""
+    if os.path.islink(link):
+        previous = os.readlink(link)
+    elif os.path.isdir(link):
+        shutil.rmtree(link)             # a venv installed in place by an earlier lab
+    temporary = link + ".new"
+    if os.path.lexists(temporary):
+        os.unlink(temporary)
+    os.symlink(os.path.basename(target), temporary)   # relative: the same inside and from the host
+    os.replace(temporary, link)
+    keep = {os.path.basename(target), os.path.basename(previous)}
+    parent = os.path.dirname(link)
+    for name in os.listdir(parent):
+        if name.startswith(os.path.basename(VENVS)) and name not in keep:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 def _dist(requirement: str) -> str:
