@@ -168,7 +168,7 @@ def prolog_sees_it_first(lab):
     with open(lab.paths.hooks_config, encoding="utf-8") as handle:
         original = handle.read()
     with open(lab.paths.hooks_config, "w", encoding="utf-8") as handle:
-        handle.write(original + '\n[health.confirm]\n"gpu.lost" = 100000\n')
+        handle.write(original + '\n[health.confirm]\n"gpu.lost" = 1000\n')
     try:
         yield
     finally:
