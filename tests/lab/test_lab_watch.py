@@ -60,6 +60,8 @@ def test_with_the_watcher_an_xid_79_on_an_idle_node_drains_it_long_before_the_in
 
 def test_a_killed_watcher_leaves_the_periodic_health_check_draining(lab, cli):
     gpu = Gpu(lab, cli)
+    up = cli("lab", "up", timeout=300)          # the watchers run (lab up starts any that does not)
+    assert up.returncode == 0, up.stdout + up.stderr
     assert _conf_interval(lab) == "HealthCheckInterval=10"
     restore(lab, gpu, "gpu2")
     slurm = backend(lab)
