@@ -81,3 +81,36 @@ def test_up_refuses_a_symlinked_lab_dir(tmp_path):
     assert result.exit_code == 1
     assert ("not a plain directory" in result.output or "root" in result.output)
     assert "Traceback" not in result.output
+
+
+def test_a_clean_start_wipes_what_earlier_runs_left_and_nothing_else(tmp_path):
+    """`slurm-gpu lab up --clean` (what tests/lab/conftest.py runs): the hooks' state with its
+    outbox, jobs' output, slurmctld's state, the slurmd spools and the database go; the config,
+    the logs and the munge key stay. Proven on the real lab by tests/lab/test_lab_down.py."""
+    import pytest
+
+    from slurm_hooks.lab import LabError, cluster
+    from slurm_hooks.lab.paths import LabPaths
+
+    lab = LabPaths(str(tmp_path / "lab"))
+    junk = [os.path.join(lab.state, "outbox", "524_1.json"), os.path.join(lab.state, "health", "gpu1.json"),
+            os.path.join(lab.ctld_state, "job_state"), os.path.join(lab.spool, "gpu1", "cred_state"),
+            os.path.join(lab.mysql_data, "slurm_acct_db", "job_table.ibd"), os.path.join(lab.jobs, "out.txt")]
+    kept = [lab.slurm_conf, os.path.join(lab.log, "slurmctld.log")]
+    for path in junk + kept:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write('{"queued_at": "x"')
+    said = []
+    removed = cluster.wipe_state(lab, said.append)
+    assert not any(os.path.lexists(path) for path in junk) and all(os.path.exists(path) for path in kept)
+    assert set(removed) == {lab.state, lab.jobs, lab.ctld_state, lab.spool, lab.mysql} and said
+    os.symlink(str(tmp_path), lab.state)                    # never followed
+    with pytest.raises(LabError, match="symbolic link"):
+        cluster.wipe_state(lab, said.append)
+    assert os.path.exists(lab.slurm_conf)
+
+
+def test_lab_up_has_a_clean_option():
+    result = invoke("up", "--help")
+    assert result.exit_code == 0 and "--clean" in result.output

@@ -68,8 +68,11 @@ def lab() -> None:
 @click.option("--health-interval", "health_interval", type=click.IntRange(min=0, max=86400), default=None,
               metavar="SECONDS", help="slurm.conf's HealthCheckInterval (default: 10); a change restarts "
               "slurmctld and the slurmd, and the next `lab up` without it goes back to 10.")
+@click.option("--clean", is_flag=True,
+              help="Stop the lab and wipe what earlier runs left (the hooks' state and outbox, jobs' output, "
+                   "slurmctld's state, the slurmd spools, the accounting database) before starting it.")
 @_guarded
-def up(directory: Optional[str], version: Optional[str], health_interval: Optional[int]) -> None:
+def up(directory: Optional[str], version: Optional[str], health_interval: Optional[int], clean: bool) -> None:
     """Install what is missing, start every daemon and one slurm-gpu-watch per node, install the
     hooks (idempotent).
 
@@ -78,7 +81,7 @@ def up(directory: Optional[str], version: Optional[str], health_interval: Option
     from slurm_hooks.lab import cluster
 
     paths = _lab_paths(directory)
-    cluster.up(paths, click.echo, version, health_interval=health_interval)
+    cluster.up(paths, click.echo, version, health_interval=health_interval, clean=clean)
     for line in cluster.describe_up(paths):
         click.echo(line)
 

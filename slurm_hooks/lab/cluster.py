@@ -187,14 +187,47 @@ def check_lab_dir(lab: LabPaths) -> None:
 
 
 def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None,
-       health_interval: Optional[int] = None) -> Dict[str, object]:
+       health_interval: Optional[int] = None, clean: bool = False) -> Dict[str, object]:
     """Bring the lab up on Slurm ``version`` (None: the default release). ``health_interval``:
-    slurm.conf's HealthCheckInterval (None: the lab's default, 10 s)."""
+    slurm.conf's HealthCheckInterval (None: the lab's default, 10 s). ``clean``: stop the lab
+    and wipe its state first (``wipe_state``): the cluster and the hooks start as on a new
+    machine, whatever an earlier run left."""
     require_root()
     check_lab_dir(lab)
     release = releases.get(version)
     with machine_lock(echo, "lab up"):
-        return _up(lab, echo, release, health_interval)
+        wiped: List[str] = []
+        if clean:
+            _down(lab, echo)
+            wiped = wipe_state(lab, make_say(lab, echo))
+        result = _up(lab, echo, release, health_interval)
+        result["wiped"] = wiped
+        return result
+
+
+def state_paths(lab: LabPaths) -> List[str]:
+    """What a run of the lab leaves behind that the next one would inherit (and that another
+    Slurm release cannot read): slurmctld's StateSaveLocation (job ids, node states), the slurmd
+    spools, the database, the hooks' state dir (outbox, journal, kernel-log cursors, simulated
+    nodes) and jobs' output."""
+    return [lab.ctld_state, lab.spool, lab.mysql, lab.state, lab.jobs]
+
+
+def wipe_state(lab: LabPaths, say: Say) -> List[str]:
+    """Remove ``state_paths`` of a stopped lab (never through a link: one is refused);
+    configuration, logs, installed packages and the munge key stay. Returns what it removed."""
+    if D.leftovers(lab) or any(daemon.pid(lab) is not None for daemon in D.daemons(lab)):
+        raise LabError("the lab is still running: `slurm-gpu lab down` first")
+    removed = []
+    for path in state_paths(lab):
+        if os.path.islink(path):
+            raise LabError(f"{path} is a symbolic link: not removed; remove it yourself")
+        if os.path.lexists(path):
+            shutil.rmtree(path)
+            removed.append(path)
+    if removed:
+        say(f"clean start: removed {', '.join(removed)}")
+    return removed
 
 
 # A lab directory from before `--slurm` ran the host's 22.05.
@@ -212,9 +245,7 @@ def switch_release(lab: LabPaths, release: releases.Release, echo: Callable[[str
     if before is None or before == release.version:
         return None
     _down(lab, echo)
-    for path in (lab.ctld_state, lab.spool, lab.mysql, lab.state, lab.jobs):
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
+    wipe_state(lab, lambda _: None)
     return before
 
 

@@ -132,7 +132,9 @@ def lab(lab_session_lock) -> Lab:
     started_at = time.time()
     paths = LabPaths(lab_dir())
     try:
-        result = slurm_gpu("lab", "up", timeout=UP_TIMEOUT)
+        # --clean: a test session never inherits what an earlier one (or earlier lab use) left:
+        # undeliverable or malformed outbox entries, drained nodes, job ids, accounting rows.
+        result = slurm_gpu("lab", "up", "--clean", timeout=UP_TIMEOUT)
     except subprocess.TimeoutExpired:
         pytest.fail(f"`slurm-gpu lab up` did not finish within {UP_TIMEOUT} s", pytrace=False)
     if result.returncode != 0:

@@ -164,11 +164,12 @@ def prolog_sees_it_first(lab):
     """The lab's health check runs every 10 s on every node and drains a lost GPU at once; when it
     ran between a test's inject and its job's start, the node was drained before the prolog ran and
     the job stayed pending (seen as reruns). While a test proves the prolog, the health check needs
-    a lost GPU on many runs before it drains; the hooks read the config at every run."""
+    a lost GPU (or a GPU that hangs) on many runs before it drains; the hooks read the config at
+    every run."""
     with open(lab.paths.hooks_config, encoding="utf-8") as handle:
         original = handle.read()
     with open(lab.paths.hooks_config, "w", encoding="utf-8") as handle:
-        handle.write(original + '\n[health.confirm]\n"gpu.lost" = 1000\n')
+        handle.write(original + '\n[health.confirm]\n"gpu.lost" = 1000\n"probe.timeout" = 1000\n')
     try:
         yield
     finally:
@@ -192,6 +193,19 @@ def test_prolog_keeps_the_job_off_a_bad_gpu_and_drains_with_our_reason(lab, requ
             assert state == "CANCELLED", fields
         reason = node_reason(lab, "gpu3")
         assert reason.startswith("gpu-hooks: v1 gpu.lost gpu5"), reason
+    finally:
+        mend(lab, "gpu3")
+
+
+def test_prolog_keeps_the_job_off_a_gpu_that_hangs_while_its_siblings_answer(lab, prolog_sees_it_first):
+    """Issue 24: GPU 5 does not answer NVML, the other seven do: a broken GPU, by default (no
+    drain_on_probe_timeout): the job does not start and the node is drained for gpu5."""
+    inject(lab, "gpu3", "gpu.5.state=hang")
+    try:
+        job = submit(lab, "-w", "gpu3", "--gres=gpu:8", "--no-requeue", "--wrap", "touch /dev/null")
+        assert wait_ended(lab, job) == "CANCELLED", job_fields(lab, job)
+        reason = node_reason(lab, "gpu3")
+        assert reason.startswith("gpu-hooks: v1 probe.timeout gpu5"), reason
     finally:
         mend(lab, "gpu3")
 
