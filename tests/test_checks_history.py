@@ -73,3 +73,29 @@ def test_a_corrupt_history_file_is_a_new_baseline(tmp_path):
     os.makedirs(store.dir)
     open(store.path, "w").write("{not json")
     assert store.load() == {}
+
+
+def test_a_runs_commit_reads_the_history_again_only_when_another_writer_replaced_it(tmp_path, monkeypatch):
+    from healthcheck.counters import history as module
+    from healthcheck.counters.history import CounterHistory
+
+    calls = []
+    real = module.read_state_json
+    monkeypatch.setattr(module, "read_state_json", lambda *a, **k: calls.append(1) or real(*a, **k))
+    CounterHistory(str(tmp_path), "n1").record({"gpu.0.ecc": (1, 3600.0)}, 100.0)
+    mine = CounterHistory(str(tmp_path), "n1")
+    loaded = mine.load()
+    loaded["gpu.0.ecc"].append([1.0, 99.0])              # the caller's copy: not what is saved
+    calls.clear()
+    mine.record({"gpu.0.ecc": (2, 3600.0)}, 200.0)
+    assert calls == []                                   # the file it loaded is still there
+    assert CounterHistory(str(tmp_path), "n1").load()["gpu.0.ecc"] == [[100.0, 1.0], [200.0, 2.0]]
+    mine.load()
+    CounterHistory(str(tmp_path), "n1").record({"gpu.0.ecc": (3, 3600.0)}, 300.0)   # another run's commit
+    from healthcheck.counters.growth_rate import add_samples
+
+    expected = add_samples(CounterHistory(str(tmp_path), "n1").load(), {"gpu.0.ecc": (4, 3600.0)}, 400.0)
+    calls.clear()
+    mine.record({"gpu.0.ecc": (4, 3600.0)}, 400.0)
+    assert calls == [1]                                  # the other run's file, read and checked
+    assert CounterHistory(str(tmp_path), "n1").load() == expected

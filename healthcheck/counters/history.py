@@ -37,20 +37,41 @@ class CounterHistory:
         self.dir = os.path.join(state_dir, "counters")
         self.path = os.path.join(self.dir, f"{path_component(node)}.json")
         self._lock = os.path.join(self.dir, f".{node}.lock")
+        self._loaded: Optional[Tuple[Tuple[int, ...], Dict[str, Series]]] = None
+
+    def _identity(self) -> Optional[Tuple[int, ...]]:
+        try:
+            info = os.lstat(self.path)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
 
     def load(self) -> Dict[str, Series]:
         """The saved series; none (a new baseline) when the file is absent or not ours, or set
         aside as ``<file>.corrupt`` when it does not match its schema."""
+        identity = self._identity()
         doc = read_state_json(self.path, history_problem)
         if doc is None:
+            self._loaded = None
             return {}
-        return {key: [[float(t), float(v)] for t, v in value] for key, value in doc["series"].items()}
+        series = {key: [[float(t), float(v)] for t, v in value] for key, value in doc["series"].items()}
+        # Kept for ``record``: the same file (the commit of this run) is not read and checked again.
+        self._loaded = (identity, series) if identity is not None else None
+        return {key: [sample[:] for sample in value] for key, value in series.items()}
 
     def record(self, samples: Mapping[str, Tuple[float, float]], now: float) -> None:
-        """Add ``{key: (value, window_s)}`` at ``now`` (the commit of one run's samples)."""
+        """Add ``{key: (value, window_s)}`` at ``now`` (the commit of one run's samples). The file
+        this instance loaded, when it is still the one there (same inode, size and mtime: every
+        write replaces it), is not read again; any other is."""
         ensure_state_dir(os.path.dirname(self.dir))
         ensure_dir(self.dir)
         with locked(self._lock):
-            series = add_samples(self.load(), samples, now)
+            loaded, self._loaded = self._loaded, None
+            if loaded is not None and loaded[0] == self._identity():
+                current = loaded[1]
+            else:
+                current = self.load()
+                self._loaded = None
+            series = add_samples(current, samples, now)
             atomic_write(self.path, json.dumps({"version": 1, "series": series}, separators=(",", ":")),
                          mode=FILE_MODE)
