@@ -111,3 +111,12 @@ def test_a_release_that_is_not_one_is_one_line_and_nonzero():
     result = run_cli(["slurm-conf", "--bin-dir", STABLE, "--slurm", "latest"])
     assert result.exit_code != 0
     assert "not a Slurm release" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_health_check_timeout_is_left_out_when_the_interval_is_not_above_it():
+    """26.05's slurmctld: "HealthCheckTimeout (60) must be less than HealthCheckInterval (30)"."""
+    short = run_cli(["slurm-conf", "--bin-dir", STABLE, "--slurm", "26.05", "--interval", "60"])
+    assert "HealthCheckTimeout" not in settings(short.stdout)
+    assert "# HealthCheckTimeout=60 left out: Slurm wants it below HealthCheckInterval (60)." in short.stdout
+    long = run_cli(["slurm-conf", "--bin-dir", STABLE, "--slurm", "26.05", "--interval", "61"])
+    assert settings(long.stdout)["HealthCheckTimeout"] == "60"

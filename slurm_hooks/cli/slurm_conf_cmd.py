@@ -27,6 +27,10 @@ def render(bin_dir: str, interval: int = DEFAULT_INTERVAL_S, node_state: str = "
                                            node_state=node_state)
     for line in release_lines(release):
         out += "".join(f"# {part}\n" for part in line["comment"].splitlines())
+        if line.get("below_interval") and int(line["value"]) >= interval:
+            out += (f"# {line['setting']}={line['value']} left out: Slurm wants it below "
+                    f"HealthCheckInterval ({interval}).\n")
+            continue
         out += f"{line['setting']}={line['value']}\n"
     return out
 
