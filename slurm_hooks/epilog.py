@@ -166,7 +166,9 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
         "elapsed_s": None if started is None else max(0, int(now - started)), "context": CONTEXT_SLURMCTLD,
         "slurm": {k: fields.get(k) for k in ("JobState", "Reason", "ExitCode", "PreemptTime", "Restarts")},
     }
-    record.update(store.run_of(env, fields, requeued=result.slurm.cls == "REQUEUED"))
+    record.update(store.run_of(env, fields, requeued=result.slurm.cls == "REQUEUED", started_at=started,
+                               previous=store.read_record(config.state_dir, job_id, store.JOB_LEVEL)),
+                  started_at=started)
     if problem:
         record["problem"] = problem
     if config.section("records")["accounting"]:
@@ -241,7 +243,9 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         "context": CONTEXT_SLURMD, "baseline": bool(baseline),
         "slurm": {k: fields.get(k) for k in ("JobState", "Reason", "ExitCode", "PreemptTime", "Restarts")},
     }
-    record.update(store.run_of(env, fields, requeued=result.slurm.cls == "REQUEUED"))
+    record.update(store.run_of(env, fields, requeued=result.slurm.cls == "REQUEUED", started_at=started,
+                               previous=store.read_record(config.state_dir, job_id, node)),
+                  started_at=started)
     if problem:
         record["problem"] = problem
     if kernel.get("error"):

@@ -379,6 +379,11 @@ def test_a_run_is_its_sluid_where_the_release_sets_it_else_its_restart_count():
         {"run": "sABC123", "restarts": 1}
     assert store.run_of({"SLURM_JOB_SLUID": "../x", "SLURM_JOB_RESTART_COUNT": "x"}) == {"run": 0, "restarts": 0}
     assert store.run_of({}, {"Restarts": "3"}) == {"run": 3, "restarts": 3}
+    # a record of another run (another start) with the same or a later index: this run comes after it
+    earlier = {"restarts": 1, "started_at": 100.0}
+    assert store.run_of({"SLURM_JOB_RESTART_COUNT": "1"}, previous=earlier, started_at=200.0)["restarts"] == 2
+    assert store.run_of({"SLURM_JOB_RESTART_COUNT": "1"}, previous=earlier, started_at=100.0)["restarts"] == 1
+    assert store.run_of({"SLURM_JOB_RESTART_COUNT": "3"}, previous=earlier, started_at=200.0)["restarts"] == 3
     # the epilog of a run being requeued already sees the new count (22.05): it is still run 0
     assert store.run_of({"SLURM_JOB_RESTART_COUNT": "1"}, requeued=True) == {"run": 0, "restarts": 0}
 

@@ -86,15 +86,22 @@ RUN_INFIX = ".run-"
 
 
 def run_of(env: Mapping[str, str], fields: Optional[Mapping[str, str]] = None,
-           requeued: bool = False) -> Dict[str, Any]:
+           requeued: bool = False, previous: Optional[Mapping[str, Any]] = None,
+           started_at: Optional[float] = None) -> Dict[str, Any]:
     """Which run of a job an epilog saw: ``restarts``, the run's index (SLURM_JOB_RESTART_COUNT, else
     scontrol's Restarts; a run that is being requeued already counts its requeue there, measured on
     22.05: ``requeued`` takes it back), and ``run`` (SLURM_JOB_SLUID where the release sets it,
-    25.11+; else ``restarts``)."""
+    25.11+; else ``restarts``). ``previous`` is the record this job already has here: when it is
+    another run's (another ``started_at``) and not an earlier index, this run comes after it (on
+    24.11 a requeued run's epilog saw the next count without the job reading as requeued)."""
     text = env.get("SLURM_JOB_RESTART_COUNT") or (fields or {}).get("Restarts") or "0"
     restarts = int(text) if text.isdigit() and len(text) < 7 else 0
     if requeued and restarts > 0:
         restarts -= 1
+    before = (previous or {}).get("restarts")
+    if isinstance(before, int) and not isinstance(before, bool) and started_at is not None \
+            and (previous or {}).get("started_at") not in (None, started_at) and restarts <= before:
+        restarts = before + 1
     sluid = env.get("SLURM_JOB_SLUID", "")
     run: Any = sluid if re.match(r"^[0-9A-Za-z]{1,40}$", sluid) else restarts
     return {"run": run, "restarts": restarts}
