@@ -261,6 +261,7 @@ def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
     installed: List[str] = []
     built: Optional[float] = None
     if release.rootfs:
+        rootfs.checkout()       # the hooks come from a checkout's wheel: say so before building
         built = rootfs.build(lab, release, say)
         rootfs.sync_etc(lab.rootfs(release.version))
         rootfs.install_hooks(lab, release, say)
