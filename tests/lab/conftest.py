@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Dict, List
@@ -113,16 +114,16 @@ def lab_session_lock():
     terminal) waits here instead of cancelling the first one's jobs or taking it down."""
     path = TESTS_LOCK
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    deadline = time.monotonic() + LOCK_WAIT
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                pytest.fail(f"another test session held the lab ({path}) for {LOCK_WAIT} s", pytrace=False)
-            time.sleep(1)
+    # A blocking flock (in a thread, to bound the wait) queues behind the sessions already
+    # waiting, as `flock(1)` does; polling with LOCK_NB lost every hand-over to them.
+    taken = threading.Event()
+
+    def take() -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        taken.set()
+    threading.Thread(target=take, name="lab-session-lock", daemon=True).start()
+    if not taken.wait(LOCK_WAIT):
+        pytest.fail(f"another test session held the lab ({path}) for {LOCK_WAIT} s", pytrace=False)
     yield path
     os.close(fd)
 
