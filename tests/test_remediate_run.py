@@ -1,5 +1,5 @@
 """Remediation through the drain gate, on a simulated node with the FakeBackend standing in for
-Slurm's answers (a unit test: what Slurm does with the reboot is the lab's to prove): a GPU
+Slurm's answers (what Slurm does with the reboot: tests/lab/test_lab_remediate.py): a GPU
 lost once is rebooted through Slurm and back in service; a lemon gets exactly max_reboots reboots,
 then our reason says inspect and nothing more happens; the cluster-wide budget; off by default."""
 from __future__ import annotations

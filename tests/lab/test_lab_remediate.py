@@ -1,0 +1,135 @@
+"""Back in service by itself (issue 21) on the real lab: with [remediate] on, a GPU lost once is
+drained, rebooted through Slurm (`scontrol reboot ASAP nextstate=RESUME`, the lab's RebootProgram:
+its BootTime changes) and back in service with nobody acting; a lemon (lost again after every
+boot) gets exactly max_reboots reboots, then is drained for inspection and left alone; a storm on
+every node keeps the reboot budget (at most max_rebooting_nodes rebooting at any moment).
+
+Each test rewrites the lab's hooks config (the hooks read it at every run) and puts everything
+back in a finally: the faults, our drains, the config."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from healthcheck.config import Config
+from healthcheck.remediate import ledger as ledgers
+from healthcheck.slurm.cli_backend import CliBackend
+from slurm_hooks.lab.commands import slurm_env
+
+from .conftest import slurm_gpu, wait_for
+
+pytestmark = pytest.mark.lab
+
+NODES = ("gpu1", "gpu2", "gpu3")
+PREFIX = "gpu-hooks: v1 "
+REBOOTING = ("REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT")
+
+
+def backend(lab) -> CliBackend:
+    return CliBackend(slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
+
+
+def boot_time(lab, node: str) -> str:
+    shown = lab.run("scontrol", "show", "node", "-o", node)
+    return next((word.split("=", 1)[1] for word in shown.stdout.split() if word.startswith("BootTime=")), "")
+
+
+class Remediating:
+    """The lab's hooks config with [remediate] on, restored afterwards with every node healthy."""
+
+    def __init__(self, lab, **keys):
+        self.lab = lab
+        with open(lab.paths.hooks_config, encoding="utf-8") as handle:
+            self.original = handle.read()
+        assert "[remediate]" not in self.original
+        lines = ["", "[remediate]", "enabled = true"] + [f"{key} = {value}" for key, value in keys.items()]
+        self.text = self.original + "\n".join(lines) + "\n"
+        self.state_dir = Config.load(lab.paths.hooks_config).state_dir
+
+    def __enter__(self):
+        for node in NODES:
+            ledgers.save(self.state_dir, node, ledgers.Ledger())       # each test counts from zero
+        with open(self.lab.paths.hooks_config, "w", encoding="utf-8") as handle:
+            handle.write(self.text)
+        return self
+
+    def __exit__(self, *exc):
+        with open(self.lab.paths.hooks_config, "w", encoding="utf-8") as handle:
+            handle.write(self.original)
+        slurm = backend(self.lab)
+        for node in NODES:
+            slurm_gpu("sim", "reset", node, env=self.lab.env)
+        wait_for("no node rebooting", lambda: not any(slurm.node(n).has(*REBOOTING) for n in NODES), timeout=120)
+        for node in NODES:
+            info = slurm.node(node)
+            if (info.drained or info.down) and info.reason.startswith(PREFIX):
+                slurm.resume(node)
+            ledgers.save(self.state_dir, node, ledgers.Ledger())
+        time.sleep(2)          # resumed nodes are idle* until the next ping
+        return False
+
+    def ledger(self, node: str):
+        return ledgers.load(self.state_dir, node)
+
+
+def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service_by_itself(lab):
+    slurm = backend(lab)
+    with Remediating(lab) as remediating:
+        before = boot_time(lab, "gpu2")
+        assert before
+        result = slurm_gpu("sim", "inject", "gpu2", "gpu.3.state=lost", env=lab.env)
+        assert result.returncode == 0, result.stderr
+        wait_for("gpu2 drained by us", lambda: slurm.node("gpu2").reason.startswith(PREFIX + "gpu.lost gpu3"),
+                 timeout=60)
+        wait_for("gpu2 rebooted (a new BootTime)", lambda: boot_time(lab, "gpu2") not in ("", before), timeout=180)
+        wait_for("gpu2 back in service", lambda: (lambda info: not info.drained and not info.down
+                                                  and not info.has(*REBOOTING))(slurm.node("gpu2")), timeout=120)
+        # Nobody acted: the reboot is the health check's, counted in the ledger, the episode closed.
+        wait_for("the episode closed", lambda: any(e.outcome == "resumed" for entry in
+                                                   remediating.ledger("gpu2").entries.values()
+                                                   for e in entry.episodes), timeout=60)
+        [entry] = remediating.ledger("gpu2").entries.values()
+        assert len(entry.reboots) == 1 and entry.cause == "gpu.lost gpu3"
+
+
+def test_a_lemon_gets_exactly_max_reboots_then_is_drained_for_inspection_and_left_alone(lab):
+    slurm = backend(lab)
+    with Remediating(lab, max_reboots=2) as remediating:
+        result = slurm_gpu("sim", "inject", "gpu3", "gpu.5.state=lost", "gpu.5.lost_every_boot=true", env=lab.env)
+        assert result.returncode == 0, result.stderr
+        boots = {boot_time(lab, "gpu3")}
+
+        def inspected():
+            boots.add(boot_time(lab, "gpu3"))
+            info = slurm.node("gpu3")
+            return info.drained and " reboots:2; inspect: " in info.reason and not info.has(*REBOOTING)
+        wait_for("gpu3 drained for inspection", inspected, timeout=420, every=1)
+        [entry] = remediating.ledger("gpu3").entries.values()
+        assert len(entry.reboots) == 2
+        assert len(boots - {""}) == 3                  # the first boot and the two the reboots made
+        settled = boot_time(lab, "gpu3")
+        reason = slurm.node("gpu3").reason
+        time.sleep(25)                                 # two more health-check intervals: left alone
+        info = slurm.node("gpu3")
+        assert info.drained and info.reason == reason and boot_time(lab, "gpu3") == settled
+        assert len(remediating.ledger("gpu3").entries[next(iter(remediating.ledger("gpu3").entries))].reboots) == 2
+
+
+def test_a_storm_on_every_node_keeps_the_reboot_budget(lab):
+    slurm = backend(lab)
+    with Remediating(lab, max_rebooting_nodes=1):
+        before = {node: boot_time(lab, node) for node in NODES}
+        for node in NODES:
+            result = slurm_gpu("sim", "inject", node, "gpu.0.state=lost", env=lab.env)
+            assert result.returncode == 0, result.stderr
+        most = 0
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            now_rebooting = [n.name for n in slurm.nodes() if n.has(*REBOOTING)]
+            most = max(most, len(now_rebooting))
+            if all(boot_time(lab, node) != before[node] for node in NODES) and not now_rebooting:
+                break
+            time.sleep(0.5)
+        assert most == 1
+        assert all(boot_time(lab, node) != before[node] for node in NODES), "not every node was rebooted"
