@@ -77,6 +77,11 @@ def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service(tmp_path)
     assert cluster.slurm.scontrol_argvs()[-1] == reboot_argv("gpu1", reason)
     waiting = cluster.run("gpu1")          # Slurm has not rebooted it yet: nothing asked twice
     assert waiting.remediation.decision.rule == "remediate-reboot-pending"
+    from healthcheck.health.outputs import prometheus
+
+    metrics = prometheus(waiting)
+    assert 'slurm_gpu_health_remediation_step{node="gpu1",step="wait-reboot"} 1' in metrics
+    assert 'slurm_gpu_health_remediation_reboots{node="gpu1"} 1' in metrics
     shown = drained_row(cluster, "gpu1")
     assert (shown["reboots"], shown["next"]) == (1, "wait-reboot") and shown["evidence"]
     # the drain, the claim of a turn within the reboot budget (next:reboot), the reboot

@@ -157,4 +157,25 @@ def prometheus(run) -> str:
               "# HELP slurm_gpu_health_run_duration_seconds How long the last run took.",
               "# TYPE slurm_gpu_health_run_duration_seconds gauge",
               f'slurm_gpu_health_run_duration_seconds{{node="{node}"}} {run.duration_s:.3f}']
+    lines += _remediation_metrics(run, node)
     return "\n".join(lines) + "\n"
+
+
+def _remediation_metrics(run, node: str) -> List[str]:
+    """The remediation's step and the reboots spent on this drain's fault ([remediate]); nothing
+    on a run that had no drain of ours to remedy."""
+    outcome = getattr(run, "remediation", None)
+    remedy = outcome.request.remedy if outcome is not None else None
+    if remedy is None:
+        return []
+    from ..remediate.plan import STEPS
+
+    situation, step = remedy
+    lines = ["# HELP slurm_gpu_health_remediation_step The remediation's step in the last run (1 for the one taken).",
+             "# TYPE slurm_gpu_health_remediation_step gauge"]
+    lines += [f'slurm_gpu_health_remediation_step{{node="{node}",step="{kind}"}} {1 if step.kind == kind else 0}'
+              for kind in STEPS]
+    lines += ["# HELP slurm_gpu_health_remediation_reboots Reboots spent on the drained fault within [remediate] window_s.",
+              "# TYPE slurm_gpu_health_remediation_reboots gauge",
+              f'slurm_gpu_health_remediation_reboots{{node="{node}"}} {situation.reboots}']
+    return lines
