@@ -163,7 +163,8 @@ class HookNode:
                 '[gpu]\nbackend = "sim"\n'
                 '[sim]\nprofile = "h100-healthy"\n'
                 '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n'
-                f'[slurm]\nbin_dir = "{self.bin_dir}"\n')
+                f'[slurm]\nbin_dir = "{self.bin_dir}"\n'
+                f'[health]\ntextfile_dir = "{os.path.join(work, "metrics")}"\n')
 
     @staticmethod
     def _write(path: str, text: str) -> None:

@@ -18,6 +18,8 @@ apt_install() {
 if ! command -v python3 >/dev/null 2>&1; then apt_install python3; fi
 # The NVML stand-in tests compile tiny libnvidia-ml.so.1 libraries (tests/nvml_standin/).
 if ! command -v gcc >/dev/null 2>&1; then apt_install gcc libc6-dev; fi
+# promtool checks the shipped alert rules; the lab runs node_exporter and Prometheus (Debian's).
+if ! command -v promtool >/dev/null 2>&1; then apt_install prometheus prometheus-node-exporter; fi
 # The test command opens the summary's HTML report in a real browser.
 if [ "${SLURM_GPU_BOOTSTRAP_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then apt_install chromium; fi
 if [ ! -x "$VENV/bin/python" ]; then

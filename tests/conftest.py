@@ -25,6 +25,7 @@ def sim_config(tmp_path):
         '[sim]\nprofile = "sim/h100-healthy.toml"\n'
         'nodes = { gpu2 = "sim/h100-xid79-gpu-lost.toml", pcie1 = "sim/pcie-l40s-healthy.toml" }\n'
         '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n'
+        '[health]\ntextfile_dir = "metrics"\n'
     )
     return str(path)
 

@@ -44,6 +44,7 @@ ib_link_layer = "InfiniBand"
 bin_dir = "{bindir}"
 [health]
 syslog = false
+textfile_dir = "{tmp_path / 'metrics'}"
 {extra}
 """)
     return str(path)

@@ -71,7 +71,7 @@ timeout_s = {{slurm_timeout_s}}
                      slurm_timeout_s: float = 2.0, records: str = "") -> None:
         base = self.base.replace("{probe_timeout_s}", str(probe_timeout_s)).replace("{records}", records)
         with open(self.config, "w") as handle:
-            handle.write(base.replace("{slurm_timeout_s}", str(slurm_timeout_s)) + f"[health]\nsyslog = false\ndeadline_s = 40\n{health}\n{extra}\n")
+            handle.write(base.replace("{slurm_timeout_s}", str(slurm_timeout_s)) + f"[health]\nsyslog = false\ndeadline_s = 40\ntextfile_dir = \"metrics\"\n{health}\n{extra}\n")
 
     def env(self, hook: str, job: str = "5", faults=None) -> dict:
         env = {"SLURM_GPU_HOOKS_CONFIG": self.config, "SLURMD_NODENAME": "gpu1", "SGH_TEST_MARKER": self.marker,

@@ -197,7 +197,7 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "budget_max_nodes": Field(int, minimum=0, maximum=1 << 20),
         "budget_max_fraction": Field(float, minimum=0, maximum=1, doc="0 to 1"),
         "budget_window_s": Field(float, minimum=0, maximum=_MAX_WINDOW_S),
-        "textfile_dir": Field(str, doc="a directory; empty: <state_dir>/health"),
+        "textfile_dir": Field(str, doc="a directory (relative: to the config file's); empty: <state_dir>/health"),
         "syslog": Field(bool),
     },
     "remediate": {

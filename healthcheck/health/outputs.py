@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..findings import STATUSES
-from ..safeio.fsutil import append_line, atomic_write, ensure_dir, path_component
+from ..safeio.fsutil import DIR_MODE, append_line, atomic_write, ensure_dir, path_component
 from ..hooklib.runlog import rotate_if_full
 from .state import health_dir
 
 EVIDENCE_MAX_BYTES = 1 << 20
 TEXTFILE_MODE = 0o644          # node_exporter runs as its own user
+TEXTFILE_DIR_MODE = 0o755      # ... and must traverse the directory
 STATUS_VALUE = {status: index for index, status in enumerate(STATUSES)}
 
 
@@ -102,9 +105,7 @@ def write_all(run, state_dir: str, textfile_dir: str, use_syslog: bool) -> List[
     except OSError as exc:
         problems.append(f"health record not written: {exc.strerror or exc}")
     try:
-        directory = textfile_dir or health_dir(state_dir)
-        ensure_dir(directory)
-        atomic_write(textfile_path(directory, run.node), prometheus(run), mode=TEXTFILE_MODE, durable=False)
+        problems += write_textfile(run, textfile_dir or health_dir(state_dir), explicit=bool(textfile_dir))
     except OSError as exc:
         problems.append(f"metrics textfile not written: {exc.strerror or exc}")
     line = log_line(run)
@@ -116,66 +117,187 @@ def write_all(run, state_dir: str, textfile_dir: str, use_syslog: bool) -> List[
     return problems
 
 
+def write_textfile(run, directory: str, explicit: bool = True) -> List[str]:
+    """The textfile, atomically (node_exporter never reads half of it), mode 0644 whatever the
+    umask. A configured directory that is missing is made 0755 (node_exporter runs as its own
+    user and must traverse it); one it cannot traverse is said each run."""
+    ensure_dir(directory, TEXTFILE_DIR_MODE if explicit else DIR_MODE)
+    atomic_write(textfile_path(directory, run.node), prometheus(run), mode=TEXTFILE_MODE, durable=False)
+    mode = stat.S_IMODE(os.stat(directory).st_mode)
+    if explicit and mode & 0o005 != 0o005:
+        return [f"metrics textfile directory {directory} is mode {mode:04o}: node_exporter (its own user) "
+                "cannot read it; make it 0755"]
+    return []
+
+
 def _label(value: str) -> str:
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def prometheus(run) -> str:
-    node = _label(run.node)
-    worst = {}
+# -- the metrics ----------------------------------------------------------------------------------
+# Each family is one function of the finished run; METRICS lists them in the order written. A new
+# family (the remediation state, say) is one more function appended here, its name listed in
+# docs/healthcheck.md (a test holds the two together) and, when it should be watched, a panel in
+# etc/grafana/slurm-gpu-hooks.json.
+
+Sample = Tuple[Dict[str, str], float]
+
+
+@dataclass
+class Family:
+    name: str
+    kind: str                    # gauge | counter
+    help: str
+    samples: List[Sample]
+
+    def lines(self, node: str) -> List[str]:
+        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        for labels, value in self.samples:
+            text = ",".join(f'{key}="{_label(val)}"' for key, val in {"node": node, **labels}.items())
+            out.append(f"{self.name}{{{text}}} {_number(value)}")
+        return out
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
+
+
+# The decision metric's values are the --json contract's (a drain scontrol refused is "blocked").
+DECISIONS = ("none", "drain", "resume", "blocked")
+# Why a drain or resume was not applied, by the rule that blocked it (a failed scontrol: the run's error).
+BLOCKED_BY = {"drain-budget": "budget", "slurm-unreachable-fault": "slurm-unreachable",
+              "actions-off": "actions-off"}
+BLOCKERS = ("budget", "slurm-unreachable", "actions-off", "scontrol-failed", "other")
+
+
+def blocked_by(run) -> Optional[str]:
+    """What kept the run's drain or resume from Slurm (None: nothing was blocked)."""
+    if run.contract_decision != "blocked":
+        return None
+    if run.decision.kind == "blocked":
+        return BLOCKED_BY.get(run.decision.rule, "scontrol-failed" if run.applied.error else "other")
+    return "scontrol-failed"
+
+
+def _check_status(run) -> Family:
+    worst: Dict[str, str] = {}
     for finding in run.report.findings:
         current = worst.get(finding.check, "ok")
         if STATUS_VALUE[finding.status] > STATUS_VALUE[current]:
             worst[finding.check] = finding.status
-    lines = [
-        "# HELP slurm_gpu_health_check_status Worst status per check in the last run (0 ok, 1 warn, 2 fail, 3 error).",
-        "# TYPE slurm_gpu_health_check_status gauge",
-    ]
-    for check in sorted(set(run.checks) | set(worst)):
-        lines.append(f'slurm_gpu_health_check_status{{node="{node}",check="{_label(check)}"}} '
-                     f"{STATUS_VALUE[worst.get(check, 'ok')]}")
-    lines += ["# HELP slurm_gpu_health_findings Findings that are not ok in the last run, by status.",
-              "# TYPE slurm_gpu_health_findings gauge"]
-    for status in STATUSES[1:]:
-        count = sum(1 for f in run.report.findings if f.status == status)
-        lines.append(f'slurm_gpu_health_findings{{node="{node}",status="{status}"}} {count}')
-    lines += ["# HELP slurm_gpu_health_decision The last run's decision (1 for the one taken).",
-              "# TYPE slurm_gpu_health_decision gauge"]
-    for kind in ("none", "drain", "resume", "blocked", "leave-alone"):
-        lines.append(f'slurm_gpu_health_decision{{node="{node}",decision="{kind}"}} '
-                     f"{1 if run.decision.kind == kind else 0}")
+    return Family("slurm_gpu_health_check_status", "gauge",
+                  "Worst status per check in the last run (0 ok, 1 warn, 2 fail, 3 error).",
+                  [({"check": check}, STATUS_VALUE[worst.get(check, "ok")])
+                   for check in sorted(set(run.checks) | set(worst))])
+
+
+def _findings(run) -> Family:
+    return Family("slurm_gpu_health_findings", "gauge", "Findings that are not ok in the last run, by status.",
+                  [({"status": status}, sum(1 for f in run.report.findings if f.status == status))
+                   for status in STATUSES[1:]])
+
+
+def _decision(run) -> Family:
+    taken = run.contract_decision
+    return Family("slurm_gpu_health_decision", "gauge",
+                  "The last run's decision, as --json says it (1 for the one taken; a drain Slurm did not "
+                  "take is blocked).",
+                  [({"decision": kind}, 1 if taken == kind else 0) for kind in DECISIONS])
+
+
+def _left_alone(run) -> Family:
+    return Family("slurm_gpu_health_left_alone", "gauge",
+                  "1 when the last run left the node alone: drained or down for someone else's reason, "
+                  "or Slurm is busy with it.",
+                  [({}, 1 if run.decision.kind == "leave-alone" else 0)])
+
+
+def _drained(run) -> Family:
+    cause = getattr(run, "drained_by_us", None)
+    return Family("slurm_gpu_health_drained", "gauge",
+                  "1 while Slurm holds the node drained or down with this tool's reason, for that cause "
+                  "(as Slurm said in the last run); 0, without a cause, when it does not.",
+                  [({"cause": cause}, 1) if cause else ({}, 0)])
+
+
+def _blocked(run) -> Family:
+    by = blocked_by(run)
+    return Family("slurm_gpu_health_blocked", "gauge",
+                  "1 for what kept the last run's drain or resume from Slurm: the drain budget, Slurm "
+                  "unreachable, actions off ([drain] enabled = false), or scontrol failed.",
+                  [({"by": blocker}, 1 if by == blocker else 0) for blocker in BLOCKERS])
+
+
+def _slurm_up(run) -> Family:
+    return Family("slurm_gpu_health_slurm_up", "gauge",
+                  "1 when the last run could ask Slurm about the node, 0 when Slurm did not answer.",
+                  [({}, 1 if getattr(run, "slurm_reachable", True) else 0)])
+
+
+def _budget_blocks(run) -> Family:
     blocks = run.state.budget_blocks if run.state is not None else 0
-    lines += ["# HELP slurm_gpu_health_budget_blocks_total Drains the drain budget refused.",
-              "# TYPE slurm_gpu_health_budget_blocks_total counter",
-              f'slurm_gpu_health_budget_blocks_total{{node="{node}"}} {blocks}',
-              "# HELP slurm_gpu_health_pending_causes Drain causes waiting for confirmation.",
-              "# TYPE slurm_gpu_health_pending_causes gauge",
-              f'slurm_gpu_health_pending_causes{{node="{node}"}} {len(run.tally.pending)}',
-              "# HELP slurm_gpu_health_last_run_timestamp_seconds When the last run started.",
-              "# TYPE slurm_gpu_health_last_run_timestamp_seconds gauge",
-              f'slurm_gpu_health_last_run_timestamp_seconds{{node="{node}"}} {run.started:.3f}',
-              "# HELP slurm_gpu_health_run_duration_seconds How long the last run took.",
-              "# TYPE slurm_gpu_health_run_duration_seconds gauge",
-              f'slurm_gpu_health_run_duration_seconds{{node="{node}"}} {run.duration_s:.3f}']
-    lines += _remediation_metrics(run, node)
-    return "\n".join(lines) + "\n"
+    return Family("slurm_gpu_health_budget_blocks_total", "counter", "Drains the drain budget refused.",
+                  [({}, blocks)])
 
 
-def _remediation_metrics(run, node: str) -> List[str]:
-    """The remediation's step and the reboots spent on this drain's fault ([remediate]); nothing
-    on a run that had no drain of ours to remedy."""
+def _pending(run) -> Family:
+    return Family("slurm_gpu_health_pending_causes", "gauge", "Drain causes waiting for confirmation.",
+                  [({}, len(run.tally.pending))])
+
+
+def _last_run(run) -> Family:
+    return Family("slurm_gpu_health_last_run_timestamp_seconds", "gauge", "When the last run started.",
+                  [({}, round(run.started, 3))])
+
+
+def _duration(run) -> Family:
+    return Family("slurm_gpu_health_run_duration_seconds", "gauge", "How long the last run took.",
+                  [({}, round(run.duration_s, 3))])
+
+
+def _remedy(run):
+    """(situation, step) of the run's remediation ([remediate]); None without a drain of ours to remedy."""
     outcome = getattr(run, "remediation", None)
-    remedy = outcome.request.remedy if outcome is not None else None
+    return outcome.request.remedy if outcome is not None else None
+
+
+# Written only on a run that had a drain of ours to remedy ([remediate]).
+REMEDIATION_FAMILIES = ("slurm_gpu_health_remediation_step", "slurm_gpu_health_remediation_reboots")
+
+
+def _remediation_step(run) -> Optional[Family]:
+    remedy = _remedy(run)
     if remedy is None:
-        return []
+        return None
     from ..remediate.plan import STEPS
 
-    situation, step = remedy
-    lines = ["# HELP slurm_gpu_health_remediation_step The remediation's step in the last run (1 for the one taken).",
-             "# TYPE slurm_gpu_health_remediation_step gauge"]
-    lines += [f'slurm_gpu_health_remediation_step{{node="{node}",step="{kind}"}} {1 if step.kind == kind else 0}'
-              for kind in STEPS]
-    lines += ["# HELP slurm_gpu_health_remediation_reboots Reboots spent on the drained fault within [remediate] window_s.",
-              "# TYPE slurm_gpu_health_remediation_reboots gauge",
-              f'slurm_gpu_health_remediation_reboots{{node="{node}"}} {situation.reboots}']
-    return lines
+    _, step = remedy
+    return Family(REMEDIATION_FAMILIES[0], "gauge", "The remediation's step in the last run (1 for the one taken).",
+                  [({"step": kind}, 1 if step.kind == kind else 0) for kind in STEPS])
+
+
+def _remediation_reboots(run) -> Optional[Family]:
+    remedy = _remedy(run)
+    if remedy is None:
+        return None
+    situation, _ = remedy
+    return Family(REMEDIATION_FAMILIES[1], "gauge", "Reboots spent on the drained fault within [remediate] window_s.",
+                  [({}, situation.reboots)])
+
+
+# A metric is a function of the finished run: its family, or None when this run writes none.
+METRICS: List[Callable[[Any], Optional[Family]]] = [
+    _check_status, _findings, _decision, _left_alone, _drained, _blocked, _slurm_up, _budget_blocks, _pending,
+    _last_run, _duration, _remediation_step, _remediation_reboots,
+]
+
+
+def families(run) -> List[Family]:
+    return [family for family in (metric(run) for metric in METRICS) if family is not None]
+
+
+def prometheus(run) -> str:
+    lines: List[str] = []
+    for family in families(run):
+        lines += family.lines(run.node)
+    return "\n".join(lines) + "\n"

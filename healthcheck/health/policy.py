@@ -62,7 +62,7 @@ class HealthPolicy:
             budget_max_fraction=float(section["budget_max_fraction"]),
             budget_window_s=float(section["budget_window_s"]),
             drain_on_probe_timeout=bool(section["drain_on_probe_timeout"]),
-            textfile_dir=str(section.get("textfile_dir", "")),
+            textfile_dir=config.resolve(str(section["textfile_dir"])) if section.get("textfile_dir") else "",
             syslog=bool(section.get("syslog", True)),
             drain=Policy.from_config(config),
         )

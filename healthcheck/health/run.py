@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ..actions.apply import Applied
 from ..actions.decision import Decision
 from ..config import Config
+from ..drain_reason import parse_reason
 from ..findings import unseen, without_timeout_drains
 from ..runner import Report, run_checks
 from ..slurm.backend import SlurmBackend
@@ -45,6 +46,8 @@ class HealthRun:
     state: Optional[node_state.NodeState] = None
     checks: List[str] = field(default_factory=list)     # the tier's check ids (for per-check metrics)
     remediation: Optional[Any] = None                   # gate.Outcome of the remediation's step ([remediate])
+    slurm_reachable: bool = True                        # the run's Slurm query answered
+    drained_by_us: Optional[str] = None                 # the cause Slurm holds the node drained for, ours
 
     @property
     def contract_decision(self) -> str:
@@ -131,7 +134,8 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
         result = HealthRun(node=node, report=report, decision=outcome.decision, applied=outcome.applied,
                            tally=counted, boot_id=boot, in_grace=in_grace, dry_run=dry_run, started=started,
                            notes=outcome.notes + (remedy.notes if remedy else []), checks=list(config.tier(TIER)),
-                           remediation=remedy)
+                           remediation=remedy, slurm_reachable=outcome.info is not None,
+                           drained_by_us=_drained_by_us(outcome, door.state.drained, policy))
         if not dry_run:
             result.state = node_state.NodeState(
                 boot_id=boot, runs_in_boot=runs_in_boot, failing=counted.failing, xid_boots=counted.xid_boots,
@@ -144,6 +148,22 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
         result.committed = True
     result.duration_s = time.monotonic() - clock
     return result
+
+
+def _drained_by_us(outcome, record: Optional[node_state.Drained], policy: HealthPolicy) -> Optional[str]:
+    """The cause this tool's reason names while Slurm holds the node drained or down after this
+    run (a prolog's drain included); None when it does not. Slurm unreachable: the drain record's."""
+    info, decision, applied = outcome.info, outcome.decision, outcome.applied
+    if applied.done and decision.kind == "drain" and decision.cause is not None:
+        return decision.cause.cause
+    if applied.done and decision.kind == "resume":
+        return None
+    if info is None:
+        return record.cause if record else None
+    ours = parse_reason(info.reason, policy.drain.reason_prefix) if (info.drained or info.down) else None
+    if ours is None:
+        return None
+    return ours.cause if ours.check else "unknown"
 
 
 def _settled(run: HealthRun) -> bool:

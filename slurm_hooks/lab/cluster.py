@@ -16,6 +16,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import LabError
 from . import daemons as D
+from . import monitoring
 from . import paths as P
 from . import releases, render, rootfs
 from . import watchers
@@ -304,6 +305,7 @@ def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
     D.wait_for("nodes gpu1..gpu3", lambda: all(D.node_responding(D.node_states(lab).get(n, ""))
                                                 for n in P.NODES), 30, log_hint=lab.log)
     started += watchers.start_all(lab, say)
+    started += monitoring.up(lab, say)
     elapsed = time.monotonic() - began
     say(f"lab up ({release.describe()}) in {elapsed:.1f} s "
         f"({'started ' + ', '.join(started) if started else 'everything already ran'})")
@@ -313,7 +315,8 @@ def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
 
 def describe_up(lab: LabPaths) -> List[str]:
     lines = [f"lab directory: {lab.root}", f"slurm: {releases.current(lab).describe()}", "logs:"]
-    lines += [f"  {what:<18} {path}" for what, path in lab.log_files()]
+    lines += [f"  {what:<18} {path}" for what, path in [*lab.log_files(), *monitoring.log_files(lab)]]
+    lines += [f"Prometheus (the shipped alert rules loaded): {monitoring.prometheus_url()}"]
     lines += ["use it from a shell:", '  eval "$(slurm-gpu lab env' +
               ("" if lab.root == P.DEFAULT_LAB_DIR else f" --dir {shlex.quote(lab.root)}") + ')"',
               "  sinfo; sbatch --gres=gpu:1 --wrap 'sleep 5'; sacct",
@@ -353,10 +356,11 @@ def _down(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
         say(f"no lab at {lab.root}: nothing to stop")
         return {"stopped": [], "seconds": 0.0}
     table = D.daemons(lab)
+    stopped: List[str] = monitoring.down(lab, say)
     ctld = D.by_name(lab, "slurmctld")
     if ctld.pid(lab) is not None:
         cancel_all_jobs(lab, say)
-    stopped: List[str] = watchers.stop_all(lab, say)
+    stopped += watchers.stop_all(lab, say)
     # Reverse start order; the three slurmd together.
     stopped += D.stop(lab, [d for d in table if d.name.startswith("slurmd ")], say)
     for name in ("slurmctld", "slurmdbd", "mariadbd", "munged"):
@@ -379,7 +383,7 @@ def _down(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
 # -- status ------------------------------------------------------------------------------------
 def status(lab: LabPaths) -> Tuple[List[Tuple[str, Optional[int]]], Dict[str, str], List[str]]:
     """(daemon, pid or None) rows, node states, node lines with reasons."""
-    rows = [(d.name, d.pid(lab)) for d in D.daemons(lab)] + watchers.rows(lab)
+    rows = [(d.name, d.pid(lab)) for d in D.daemons(lab)] + watchers.rows(lab) + monitoring.status_rows(lab)
     states: Dict[str, str] = {}
     detail: List[str] = []
     if dict(rows).get("slurmctld"):
@@ -398,4 +402,4 @@ def env_lines(lab: LabPaths) -> List[str]:
             f"export SLURM_GPU_HOOKS_CONFIG={shlex.quote(lab.hooks_config)}",
             f"export {P.LAB_DIR_ENV}={shlex.quote(lab.root)}",
             f"export {releases.RELEASE_ENV}={shlex.quote(releases.current(lab).version)}",
-            f"export PATH={shlex.quote(lab.bin)}:\"$PATH\""]
+            f"export PATH={shlex.quote(lab.bin)}:\"$PATH\"", *monitoring.env_lines(lab)]

@@ -9,7 +9,8 @@ from . import LabError
 from .paths import LabPaths
 from .commands import clean_env, last_line, run
 
-PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server")
+PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server",
+            "prometheus", "prometheus-node-exporter")     # the lab's monitoring (lab/monitoring.py)
 
 # Binaries the lab runs, by absolute path (daemons and clients never come from PATH).
 BINARIES = {

@@ -19,6 +19,8 @@
                       release the lab runs (``lab env`` puts them first in PATH)
       rootfs/VERSION/ a release's Debian root filesystem (built once, kept by ``lab down``);
       rootfs/debs/    the .debs debootstrap fetched
+      metrics/        the health check's Prometheus textfiles (node_exporter reads them)
+      prometheus/     the lab's Prometheus: config, the shipped rules, data/ (lab/monitoring.py)
 """
 from __future__ import annotations
 
@@ -152,6 +154,11 @@ class LabPaths:
     @property
     def state(self) -> str:
         return self._p("state")
+
+    @property
+    def metrics(self) -> str:
+        """The health check's Prometheus textfiles, read by the lab's node_exporter (lab/monitoring.py)."""
+        return self._p("metrics")
 
     @property
     def jobs(self) -> str:

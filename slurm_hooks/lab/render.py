@@ -215,7 +215,8 @@ def hooks_config(lab: LabPaths, opts: RenderOptions, profiles: Optional[Dict[str
         gpus=P.GPUS_PER_NODE, ib_ports=", ".join(toml_string(port) for port in IB_PORTS),
         reason_prefix=toml_string(REASON_PREFIX),
         gpu_devices=toml_string(os.path.join(lab.fakedev, "{node}")),
-        slurm_bin=toml_string(opts.slurm_bin))
+        slurm_bin=toml_string(opts.slurm_bin),
+        textfile_dir=toml_string(lab.metrics))
 
 
 def cgroup_conf() -> str:

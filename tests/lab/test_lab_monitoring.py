@@ -1,0 +1,78 @@
+"""The lab's monitoring: Debian's node_exporter reads the lab nodes' textfiles (as its own user),
+Debian's Prometheus scrapes it with the shipped rules loaded, and a node the health check drains
+for a double-bit ECC error fires SlurmGpuNodeDrained through Prometheus's HTTP API."""
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from slurm_hooks.lab import monitoring
+
+from .test_lab_healthcheck import DBE, NODES, backend, clean, gpu, sim, wait_for  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.lab
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DASHBOARD = os.path.join(ROOT, "etc", "grafana", "slurm-gpu-hooks.json")
+
+
+def api(lab, path: str, **params) -> dict:
+    base = lab.env["SLURM_GPU_LAB_PROMETHEUS"]
+    url = f"{base}{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        doc = json.load(answer)
+    assert doc["status"] == "success", doc
+    return doc["data"]
+
+
+def names_in_prometheus(lab) -> set:
+    result = api(lab, "/api/v1/query", query='count by (__name__) ({__name__=~"slurm_gpu_health_.+"})')
+    return {row["metric"]["__name__"] for row in result}
+
+
+def test_lab_env_exports_the_prometheus_url_on_localhost(lab):
+    assert lab.env["SLURM_GPU_LAB_PROMETHEUS"] == f"http://127.0.0.1:{monitoring.PROMETHEUS_PORT}"
+    rules = api(lab, "/api/v1/rules")
+    loaded = {rule["name"] for group in rules["groups"] for rule in group["rules"]}
+    assert {"SlurmGpuNodeDrained", "SlurmGpuDrainBudgetBlocked", "SlurmGpuHealthChecksNotRunning",
+            "SlurmGpuSlurmUnreachable"} <= loaded
+
+
+def test_every_metric_the_dashboard_queries_is_in_the_labs_prometheus(lab):
+    from tests.test_monitoring_files import METRIC, dashboard_exprs
+
+    _, exprs = dashboard_exprs()
+    queried = {name for expr in exprs for name in METRIC.findall(expr)}
+    present = wait_for("every dashboard metric in Prometheus",
+                       lambda: (lambda found: found if queried <= found else None)(names_in_prometheus(lab)), 90)
+    assert queried <= present
+    # ... for every lab node, read by node_exporter as its own user
+    nodes = {row["metric"]["node"] for row in
+             api(lab, "/api/v1/query", query="slurm_gpu_health_last_run_timestamp_seconds")}
+    assert set(NODES) <= nodes
+    for expr in exprs:                       # and every panel's query is one Prometheus evaluates
+        api(lab, "/api/v1/query", query=expr.replace("$node", ".*"))
+
+
+def test_a_node_drained_for_a_dbe_fires_slurm_gpu_node_drained(lab, gpu, clean):
+    slurm = backend(lab)
+    sim(gpu, "inject", "gpu2", DBE)
+    wait_for("gpu2 drained", lambda: slurm.node("gpu2").drained)
+
+    def firing():
+        for alert in api(lab, "/api/v1/alerts")["alerts"]:
+            labels = alert["labels"]
+            if labels.get("alertname") == "SlurmGpuNodeDrained" and labels.get("node") == "gpu2" \
+                    and alert["state"] == "firing":
+                return alert
+        return None
+
+    alert = wait_for("SlurmGpuNodeDrained firing for gpu2", firing, 90)
+    assert alert["labels"]["cause"] == "gpu.ecc.uncorrectable gpu3"
+    assert "gpu2" in alert["annotations"]["summary"]
+    decision = api(lab, "/api/v1/query", query='slurm_gpu_health_drained{node="gpu2"} == 1')
+    assert decision and decision[0]["metric"]["cause"] == "gpu.ecc.uncorrectable gpu3"
