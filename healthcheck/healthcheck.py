@@ -32,7 +32,12 @@ def parse(argv: Optional[Sequence[str]]):
             print(f"{PROG}: {message}", file=sys.stderr)
             sys.exit(2)
 
-    parser = _Parser(prog=PROG, description="Check this node's GPUs and links; drain or resume it in Slurm.")
+    from .hooklib.skeleton import admin_help
+
+    parser = _Parser(prog=PROG, description=admin_help("healthcheck", "Check this node's GPUs and links; drain or "
+                                                                     "resume it in Slurm."),
+                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                     epilog="Example:\n  slurm-gpu-healthcheck --dry-run --json   # what this node's next run would do")
     parser.add_argument("--config", help="config file (default: $SLURM_GPU_HOOKS_CONFIG, else /etc/slurm-gpu-hooks/config.toml)")
     parser.add_argument("--node", help="node name (default: $SLURMD_NODENAME, else the short hostname)")
     parser.add_argument("--dry-run", action="store_true", help="decide and print the scontrol call; change nothing")

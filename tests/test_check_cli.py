@@ -47,7 +47,7 @@ def test_exit_status_follows_the_worst_finding(config_file, profile, code, statu
     result = check(config_file, profile, "--json")
     assert result.exit_code == code, result.stdout + result.stderr
     doc = json.loads(result.stdout)
-    assert set(doc) == {"node", "status", "findings", "duration_ms"}
+    assert set(doc) == {"v", "node", "status", "findings", "duration_ms"} and doc["v"] == 1
     assert doc["node"] == "gpu1" and doc["status"] == status and isinstance(doc["duration_ms"], int)
     for finding in doc["findings"]:
         assert {"check", "status", "action", "message", "gpu", "pci_bus_id", "hca", "port",

@@ -85,7 +85,7 @@ def test_a_healthy_json_run(tmp_path):
     done = program("--config", write_config(tmp_path), "--node", "gpu1", "--json")
     doc = json.loads(done.stdout)
     assert (doc["decision"], doc["reason"], doc["scontrol"], doc["findings"]) == ("none", None, None, [])
-    assert os.path.exists(tmp_path / "state" / "health" / "slurm_gpu_health_gpu1.prom")
+    assert os.path.exists(tmp_path / "metrics" / "slurm_gpu_health_gpu1.prom")      # [health] textfile_dir
 
 
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path):

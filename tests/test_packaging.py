@@ -45,8 +45,9 @@ def test_the_wheel_holds_the_data_the_commands_read(built_wheel):
                  "healthcheck/data/xid-catalog.tsv", "slurm_hooks/data/lab-slurm.conf.tmpl"):
         assert data in names, data
     assert not any(name.startswith(("tests/", "etc/", "docs/")) for name in names)
-    for shared in ("prometheus/slurm-gpu-hooks.rules.yml", "grafana/slurm-gpu-hooks.json"):
-        assert f"slurm_gpu_hooks-0.1.0.data/data/share/slurm-gpu-hooks/{shared}" in names, sorted(names)[-5:]
+    for shared in ("slurm-gpu-hooks/prometheus/slurm-gpu-hooks.rules.yml", "slurm-gpu-hooks/grafana/slurm-gpu-hooks.json",
+                   "man/man1/slurm-gpu.1"):
+        assert f"slurm_gpu_hooks-0.1.0.data/data/share/{shared}" in names, sorted(names)[-5:]
 
 
 def test_pip_install_gives_the_four_commands(installed, tmp_path):

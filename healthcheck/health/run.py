@@ -64,6 +64,7 @@ class HealthRun:
     def to_json(self) -> Dict[str, Any]:
         scontrol = self.applied.argv if self.decision.changes_slurm or self.decision.kind == "blocked" else None
         return {
+            "v": 1,                      # the document's format version (keys are only added within one)
             "node": self.node,
             "decision": self.contract_decision,
             "reason": self.decision.reason,

@@ -173,11 +173,22 @@ def help_requested(hook: str, argv: Optional[Sequence[str]], doc: str, example: 
     if not args:
         return None
     if args[0] in ("-h", "--help"):
-        print(f"usage: slurm-gpu-{hook} [-h]\n\n{doc.strip()}\n\noptions:\n  -h, --help  show this help and exit"
+        print(f"usage: slurm-gpu-{hook} [-h]\n\n{admin_help(hook, doc)}\n\noptions:\n  -h, --help  show this help and exit"
               f"\n\nExample:\n  {example}")
         return 0
     print(f"slurm-gpu-{hook}: takes no arguments (Slurm runs it; see --help), got {args[0]!r}", file=sys.stderr)
     return 2
+
+
+def admin_help(hook: str, fallback: str = "") -> str:
+    """A hook's --help for admins (``healthcheck/data/help/<hook>.txt``): what runs it, what it
+    does, its exit status, where it logs. Read only when a person asks for help."""
+    from ..safeio import datafiles
+
+    try:
+        return datafiles.read_text("help", f"{hook}.txt").strip()
+    except OSError:
+        return fallback.strip()
 
 
 def _innermost_frame(exc: BaseException) -> str:

@@ -130,8 +130,12 @@ PROFILE_SCHEMA: Dict[str, Any] = {
     # same dotted syntax as ``slurm-gpu sim inject`` (``"gpu.3.state" = "lost"``).
     "base": Field(str, doc="a profile path, relative to this file"),
     "overrides": Field(dict),
+    # The [[nodes]] entry (without match) this node's hardware should match: `slurm-gpu check
+    # --sim` judges the profile against it when the config has no entry for the node. A fault
+    # profile inherits its base's.
+    "hardware": Field(dict, doc="a [[nodes]] entry without match (gpus, gpu_model, ib_ports, ...)"),
     "expect": {
-        # What the checks must find on this profile: used by the test suite and the demo.
+        # What the checks must find on this profile: used by the test suite, `check --sim` and the demo.
         "findings": Field(list, item=Field(str)),
     },
 }
@@ -214,6 +218,8 @@ def load_profile(path: str, _depth: int = 0) -> Dict[str, Any]:
         if key in doc:
             base[key] = complete({key: doc[key]}, path)[key]
     base["kernel_log"]["lines"].extend(doc.get("kernel_log", {}).get("lines", []))
+    if "hardware" in doc:
+        base["hardware"] = merge(base.get("hardware", {}), doc["hardware"])
     if "expect" in doc:
         base["expect"] = copy.deepcopy(doc["expect"])
     try:
@@ -232,6 +238,8 @@ def complete(doc: Dict[str, Any], source: str) -> Dict[str, Any]:
     out["gpu"] = [_complete_gpu(base["gpu"], g, i) for i, g in enumerate(doc.get("gpu", []))]
     out["ib"] = [merge(base["ib"], p) for p in doc.get("ib", [])]
     out["kernel_log"] = {"lines": list(doc.get("kernel_log", {}).get("lines", []))}
+    if "hardware" in doc:
+        out["hardware"] = copy.deepcopy(doc["hardware"])
     if "expect" in doc:
         out["expect"] = copy.deepcopy(doc["expect"])
     return out

@@ -35,6 +35,29 @@ HELP = {
 }
 
 
+# One exit-status table for every command (docs/operations.md "Exit status" shows the same rows,
+# `slurm-gpu --help` and the man page too; tests/test_cli_scripting.py holds them together).
+EXIT_STATUS = (
+    ("check", "0 ok, 1 warnings only, 2 failures, 3 could not check (bad input included)"),
+    ("config check", "0 valid, 2 invalid or bad input"),
+    ("summary", "0 done, 1 input partly unreadable (the rest is summarised), 2 bad input"),
+    ("xid scan", "0 done, 1 the log is partly unreadable, 2 bad input"),
+    ("xid explain, sim, slurm-conf", "0 done, 2 bad input"),
+    ("drained, job", "0 done, 1 Slurm failed or the job is unknown, 2 bad input"),
+    ("resume", "0 resumed or nothing to resume, 1 not resumed (still unhealthy, not ours, Slurm failed), "
+               "2 bad input"),
+    ("lab up, down, scenarios", "0 done, 1 failed (one line says what)"),
+    ("lab status", "0 everything runs, 1 part of it, 3 nothing"),
+    ("slurm-gpu-prolog", "0 the job may start, 1 the node was drained (the job must not start), 2 an argument"),
+    ("slurm-gpu-epilog, -healthcheck, -taskprolog", "0 always when Slurm runs them, 2 a person's bad command line"),
+)
+
+
+def exit_status_text() -> str:
+    width = max(len(name) for name, _ in EXIT_STATUS)
+    return "\n".join(f"{name:<{width}}  {codes}" for name, codes in EXIT_STATUS)
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> List[str]:
         return sorted(SUBCOMMANDS)
@@ -51,6 +74,13 @@ class LazyGroup(click.Group):
         rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Exit status"):
+            formatter.write_dl(list(EXIT_STATUS))
+        formatter.write_paragraph()
+        formatter.write_text("Every --json document carries \"v\" (its format version). Bad input: one line on "
+                             "stderr, never a traceback. The manual: man slurm-gpu.")
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

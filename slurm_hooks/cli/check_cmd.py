@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 import click
 
@@ -15,9 +15,10 @@ from healthcheck.config import TIERS, Config, ConfigError, node_name
 from healthcheck.findings import EXIT_CODES
 from healthcheck.safeio.fsutil import run_temp_dir
 
-from .common import config_option
+from .common import config_option, versioned
 
 EXIT_COULD_NOT_CHECK = EXIT_CODES["error"]
+DEFAULT_TIER = "health"
 TEMP_PREFIX = "slurm-gpu-check-"
 
 _COUNT_WORDS = {"fail": ("failure", "failures"), "warn": ("warning", "warnings"), "error": ("error", "errors")}
@@ -46,15 +47,24 @@ def _give_up(message: str) -> "click.exceptions.Exit":
 @click.option("--sim", "sim_profile", metavar="PROFILE", default=None,
               help="Check a simulated node instead of the real hardware: a shipped profile's name "
                    "(h100-ecc-dbe; `slurm-gpu sim profiles` lists them) or a profile file's path.")
-@click.option("--tier", type=click.Choice(TIERS), default="health", show_default=True,
-              help="Which checks: prolog (fast), health (all), deep (plus DCGM diagnostics).")
+@click.option("--tier", type=click.Choice(TIERS), default=None,
+              help="Which checks: prolog (fast), health (all; the default), deep (plus DCGM diagnostics).")
+@click.option("--only", "only", multiple=True, metavar="CHECK",
+              help="Run only this check (repeatable; a check id such as gpu.ecc.uncorrectable, see docs/checks.md).")
+@click.option("--verbose", "-v", "verbose", is_flag=True,
+              help="List every check that ran, passing ones too (JSON: a \"checks\" object, check -> status).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(config_path: Optional[str], node: Optional[str], sim_profile: Optional[str], tier: str,
-          as_json: bool) -> None:
+          only: Tuple[str, ...], verbose: bool, as_json: bool) -> None:
     """Run the checks and print the findings (exit 0 ok, 1 warn, 2 fail, 3 could not check).
+
+    With --sim, a profile is judged by what it says of itself: its [hardware] stands in for
+    [[nodes]] when the config has none, and without --tier the checks its [expect] names run
+    beside the health tier's.
 
     Example: slurm-gpu check --sim h100-ecc-dbe --json
     """
+    from healthcheck.checks import CHECKS
     from healthcheck.runner import run_checks
     from healthcheck.sim.profile import ProfileError
 
@@ -64,8 +74,16 @@ def check(config_path: Optional[str], node: Optional[str], sim_profile: Optional
         for line in exc.lines():
             click.echo(line, err=True)
         raise click.exceptions.Exit(EXIT_COULD_NOT_CHECK)
+    unknown = [cid for cid in only if cid not in CHECKS]
+    if unknown:
+        _give_up(f"--only {unknown[0]}: not a check id (one of: {', '.join(sorted(CHECKS))})")
     name = node_name(node)
     try:
+        if sim_profile is not None:
+            _judge_profile(cfg, name, tier or DEFAULT_TIER, sim_profile, add_expected=tier is None)
+        tier = tier or DEFAULT_TIER
+        if only:
+            cfg.data["tiers"][tier] = list(only)
         with _sources(cfg, name, sim_profile) as sources:
             report = run_checks(cfg, name, tier, sources=sources, consumer="cli", commit=True)
     except ProfileError as exc:
@@ -77,13 +95,61 @@ def check(config_path: Optional[str], node: Optional[str], sim_profile: Optional
     except ImportError as exc:
         _give_up(f"cannot load NVML bindings: {exc}")
 
+    ran = _statuses(report, [cid for cid in cfg.tier(tier) if cid in CHECKS])
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=False))
+        doc = report.to_json()
+        if verbose:
+            doc["checks"] = ran
+        click.echo(json.dumps(versioned(doc), indent=2, sort_keys=False))
     else:
         for finding in report.findings:
             click.echo(f"{finding.status.upper():<5}  {finding.check:<26} {finding.message}  [{finding.action}]")
+        if verbose:
+            for cid, status in ran.items():
+                if status == "ok":
+                    click.echo(f"{'OK':<5}  {cid:<26} passed")
         click.echo(_summary(report))
     raise click.exceptions.Exit(report.exit_code)
+
+
+def _statuses(report, check_ids) -> Dict[str, str]:
+    """check id -> the worst status of its findings ("ok": none), for every check that ran."""
+    from healthcheck.findings import STATUSES
+
+    rank = {status: index for index, status in enumerate(STATUSES)}
+    out = {cid: "ok" for cid in check_ids}
+    for finding in report.findings:
+        current = out.get(finding.check, "ok")
+        if rank.get(finding.status, 0) > rank.get(current, 0):
+            out[finding.check] = finding.status
+    return out
+
+
+def _judge_profile(cfg: Config, node: str, tier: str, sim_profile: str, add_expected: bool) -> None:
+    """Judge a simulated node as its profile says: the profile's [hardware] is the [[nodes]]
+    entry when the config describes no hardware at all, and (``add_expected``) the checks of its
+    [expect] run beside the tier's."""
+    from healthcheck.checks import CHECKS
+    from healthcheck.sim import shipped
+    from healthcheck.sim.profile import load_profile
+
+    profile = load_profile(shipped.resolve(sim_profile))
+    hardware = profile.get("hardware")
+    if hardware:
+        from healthcheck.config import CONFIG_SCHEMA
+        from healthcheck.schema import validate
+
+        problems = validate({"nodes": [dict(hardware, match=node)]}, CONFIG_SCHEMA)
+        if problems:
+            key, what, _ = problems[0]
+            raise ValueError(f"{sim_profile}: [hardware] {key.replace('nodes.0.', '')}: {what}")
+    if hardware and not cfg.data.get("nodes"):
+        cfg.data["nodes"] = [dict(hardware, match=node)]
+    if not add_expected:
+        return
+    expected = [cid for cid in profile.get("expect", {}).get("findings", []) if cid in CHECKS]
+    tiers = cfg.data.setdefault("tiers", {})
+    tiers[tier] = list(dict.fromkeys(list(tiers.get(tier, [])) + expected))
 
 
 @contextlib.contextmanager

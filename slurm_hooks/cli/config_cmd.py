@@ -7,7 +7,7 @@ import click
 
 from healthcheck.config import Config
 
-from .common import EXIT_USAGE, load_config
+from .common import EXIT_USAGE, load_config, versioned
 
 
 @click.group()
@@ -43,13 +43,18 @@ def referenced_file_problems(cfg: Config) -> List[str]:
 @config.command("check")
 @click.argument("path", required=False)
 @click.option("--config", "config_path", metavar="PATH", default=None, hidden=True)
-def check(path: Optional[str], config_path: Optional[str]) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: v, path (null: built-in defaults), ok, problems, config.")
+def check(path: Optional[str], config_path: Optional[str], as_json: bool) -> None:
     """Print the effective config, or each problem as one line and exit 2.
 
     PATH defaults to $SLURM_GPU_HOOKS_CONFIG, else /etc/slurm-gpu-hooks/config.toml.
 
     Example: slurm-gpu config check /etc/slurm-gpu-hooks/config.toml
     """
+    if as_json:
+        _check_json(path or config_path)
+        return
     cfg = load_config(path or config_path)
     problems = referenced_file_problems(cfg)
     if problems:
@@ -58,3 +63,22 @@ def check(path: Optional[str], config_path: Optional[str]) -> None:
         raise click.exceptions.Exit(EXIT_USAGE)
     click.echo(f"# effective configuration ({cfg.path or 'built-in defaults'})")
     click.echo(cfg.as_toml(), nl=False)
+
+
+def _check_json(path: Optional[str]) -> None:
+    """The same verdict as one JSON document on stdout (exit 2 when not ok)."""
+    import json
+
+    from healthcheck.config import ConfigError
+
+    try:
+        cfg = Config.load(path)
+    except ConfigError as exc:
+        doc = {"path": exc.path, "ok": False,
+               "problems": exc.lines(), "config": None}
+    else:
+        problems = referenced_file_problems(cfg)
+        doc = {"path": cfg.path, "ok": not problems, "problems": problems, "config": None if problems else cfg.data}
+    click.echo(json.dumps(versioned(doc), indent=2, sort_keys=False))
+    if not doc["ok"]:
+        raise click.exceptions.Exit(EXIT_USAGE)

@@ -13,7 +13,7 @@ from healthcheck.actions.cause import is_drain_finding
 from healthcheck.drain_reason import is_ours, parse_reason
 from healthcheck.slurm.backend import NodeInfo, SlurmError
 
-from .common import config_option, fail, load_config
+from .common import config_option, fail, load_config, versioned
 from .xid_cmd import terminal_safe
 
 RECOMMENDED = {
@@ -115,7 +115,10 @@ def drained(config_path: Optional[str], show_all: bool, as_json: bool) -> None:
 @config_option
 @click.argument("hostlist")
 @click.option("--force", is_flag=True, help="Resume even a drain this tool did not set.")
-def resume(config_path: Optional[str], hostlist: str, force: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: v, nodes (each: node, resumed, message, was, findings); "
+                   "the exit status as without.")
+def resume(config_path: Optional[str], hostlist: str, force: bool, as_json: bool) -> None:
     """Re-run each node's health checks and resume it in Slurm only when they pass; drains this
     tool did not set are refused unless --force. HOSTLIST is one node or a Slurm hostlist
     (gpu[1-3]); each node goes through the drain gate on its own, under its lock.
@@ -130,38 +133,53 @@ def resume(config_path: Optional[str], hostlist: str, force: bool) -> None:
         fail(f"{hostlist!r} is not a hostlist: {exc}")
     if not nodes:
         fail(f"{hostlist!r} names no node")
-    refused = [node for node in nodes if not _resume_one(config, backend, node, force)]
+    results = [_resume_one(config, backend, node, force, as_json) for node in nodes]
+    refused = [result["node"] for result in results if result["refused"]]
+    if as_json:
+        click.echo(json.dumps(versioned({"nodes": [{key: value for key, value in result.items() if key != "refused"}
+                                                   for result in results]}), sort_keys=False))
     if refused:
         fail(f"{', '.join(refused)} not resumed" if len(nodes) > 1 else f"{refused[0]} not resumed", code=1)
 
 
-def _resume_one(config, backend, node: str, force: bool) -> bool:
-    """One node through the gate; False when it was refused (said on stderr)."""
+def _resume_one(config, backend, node: str, force: bool, as_json: bool = False) -> Dict[str, Any]:
+    """One node through the gate: what happened (``refused``: said on stderr)."""
     from healthcheck.actions import gate
     from healthcheck.config import node_name
     from healthcheck.findings import unseen
     from healthcheck.runner import run_checks
 
+    result: Dict[str, Any] = {"node": node, "resumed": False, "message": "", "was": None, "findings": [],
+                              "refused": True}
     if config.backend != "sim" and node != node_name(None):
-        click.echo(f"slurm-gpu: run this on {node} itself: the checks read that node's GPUs and links", err=True)
-        return False
+        result["message"] = f"run this on {node} itself: the checks read that node's GPUs and links"
+        click.echo(f"slurm-gpu: {result['message']}", err=True)
+        return result
     report = run_checks(config, node, "health", consumer="cli", commit=True)
     request = gate.Request("resume", node, "cli", findings=tuple(report.findings), unseen=unseen(report.findings),
                            force=force)
     outcome = gate.submit(config, backend, request)
     for line in outcome.notes:
         click.echo(f"slurm-gpu: {node}: {line}", err=True)
-    decision = outcome.decision
+    decision, info = outcome.decision, outcome.info
+    if info is not None:
+        result["was"] = info.reason or info.state
+    result["findings"] = [finding.to_json() for finding in report.findings if is_drain_finding(finding)]
     if outcome.applied.done:
-        info = outcome.info
-        click.echo(f"{node}: every check passes; resumed (was: {info.reason or info.state})")
-        return True
+        result.update(resumed=True, refused=False,
+                      message=f"{node}: every check passes; resumed (was: {info.reason or info.state})")
+        if not as_json:
+            click.echo(result["message"])
+        return result
     if decision.rule == "in-service":
-        click.echo(f"{node}: {decision.why}")
-        return True
-    if decision.rule == "resume-unhealthy":
+        result.update(refused=False, message=f"{node}: {decision.why}")
+        if not as_json:
+            click.echo(result["message"])
+        return result
+    if decision.rule == "resume-unhealthy" and not as_json:
         for finding in report.findings:
             if is_drain_finding(finding):
                 click.echo(f"  {finding.status} {finding.check}: {finding.message}", err=True)
-    click.echo(f"slurm-gpu: {node}: {outcome.applied.error or decision.why}", err=True)
-    return False
+    result["message"] = f"{node}: {outcome.applied.error or decision.why}"
+    click.echo(f"slurm-gpu: {result['message']}", err=True)
+    return result

@@ -10,7 +10,7 @@ from typing import Any, Dict
 
 import click
 
-from .common import config_option, fail, load_config
+from .common import config_option, fail, load_config, versioned
 
 
 @click.command("job")
@@ -40,7 +40,7 @@ def job(job_id: str, as_json: bool, config_path) -> None:
         fail(f"job {job_id}: not in accounting, in this node's records or in Slurm"
              + (f" ({'; '.join(view['problems'])})" if view.get("problems") else ""), code=1)
     if as_json:
-        click.echo(json.dumps(view, sort_keys=True))
+        click.echo(json.dumps(versioned(view), sort_keys=True))
         return
     click.echo(_text(view))
 

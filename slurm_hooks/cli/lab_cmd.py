@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import click
 
-from .common import fail
+from .common import fail, versioned
 
 EXIT_FAILED = 1
 
@@ -116,8 +116,8 @@ def status(directory: Optional[str], as_json: bool) -> None:
     running = [name for name, pid in rows if pid]
     release = releases.current(paths)
     if as_json:
-        click.echo(json.dumps({"dir": paths.root, "daemons": {n: p for n, p in rows},
-                               "nodes": states, "slurm": release.version}, indent=2, sort_keys=True))
+        click.echo(json.dumps(versioned({"dir": paths.root, "daemons": {n: p for n, p in rows},
+                                         "nodes": states, "slurm": release.version}), indent=2, sort_keys=True))
     else:
         click.echo(f"lab directory: {paths.root}")
         click.echo(f"slurm: {release.describe()}")

@@ -11,7 +11,7 @@ from healthcheck.config import DEFAULT_CONFIG_PATH
 from healthcheck.sim.node import SimNode
 from healthcheck.sim.profile import ProfileError, parse_assignment
 
-from .common import config_option, fail, load_config
+from .common import config_option, fail, load_config, versioned
 
 
 def _sim_node(config_path: Optional[str], node: str) -> SimNode:
@@ -111,7 +111,9 @@ def show(config_path: Optional[str], node: str) -> None:
 
 
 @sim.command()
-def profiles() -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: v, profiles (name, description, path, expect).")
+def profiles(as_json: bool) -> None:
     """List the shipped simulator profiles: name and what each simulates.
 
     A name goes wherever a profile is expected: `slurm-gpu check --sim h100-ecc-dbe`,
@@ -122,6 +124,14 @@ def profiles() -> None:
     from healthcheck.sim import shipped
     from healthcheck.sim.profile import load_profile
 
+    rows = []
     for name in shipped.shipped_names():
-        profile = _guard(lambda: load_profile(shipped.resolve(name)))
-        click.echo(f"{name:<28} {profile['node'].get('description', '')}".rstrip())
+        path = shipped.resolve(name)
+        profile = _guard(lambda: load_profile(path))
+        rows.append({"name": name, "description": profile["node"].get("description", ""), "path": path,
+                     "expect": list(profile.get("expect", {}).get("findings", []))})
+    if as_json:
+        click.echo(json.dumps(versioned({"profiles": rows}), indent=2))
+        return
+    for item in rows:
+        click.echo(f"{item['name']:<28} {item['description']}".rstrip())

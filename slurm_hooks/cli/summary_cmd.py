@@ -9,7 +9,7 @@ from typing import Dict, IO, Iterable, List, Optional, Tuple
 
 import click
 
-from .common import config_option, fail, load_config
+from .common import JSON_VERSION, config_option, fail, load_config, versioned
 from .xid_cmd import parse_time, terminal_safe
 
 EXIT_UNREADABLE = 1
@@ -32,15 +32,18 @@ def _values(options: Tuple[str, ...]) -> List[str]:
     return seen
 
 
-def _expand_nodes(expressions: List[str]) -> List[str]:
+def _expand_nodes(expressions: Tuple[str, ...]) -> List[str]:
+    """Each --node value read as Slurm reads a hostlist: commas inside brackets belong to the
+    range (gpu[0042,0314]), commas outside separate names (gpu1,gpu[3-4])."""
     import hostlist
 
     nodes: List[str] = []
     for expression in expressions:
         try:
-            nodes += hostlist.expand_hostlist(expression)
+            expanded = hostlist.expand_hostlist(expression.strip())
         except hostlist.BadHostlist:
             fail(f"--node {terminal_safe(expression)!s}: not a node name or hostlist such as gpu[1-4]")
+        nodes += [node for node in expanded if node not in nodes]
     return nodes
 
 
@@ -69,7 +72,7 @@ class JobOutput:
         if mode == "csv":
             self.csv = text.CsvWriter(stream, text.JOB_COLUMNS)
         elif mode == "json":
-            stream.write('{"job_rows": [')
+            stream.write(f'{{"v": {JSON_VERSION}, "job_rows": [')
         else:
             stream.write(text.JOB_HEADER + "\n")
 
@@ -98,7 +101,7 @@ class JobOutput:
 @click.option("--user", "users", multiple=True, metavar="NAME[,NAME]", help="Only these users' jobs.")
 @click.option("--account", "accounts", multiple=True, metavar="NAME[,NAME]", help="Only these accounts.")
 @click.option("--partition", "partitions", multiple=True, metavar="NAME[,NAME]", help="Only these partitions.")
-@click.option("--node", "nodes", multiple=True, metavar="HOSTLIST", help="Only jobs that ran on these nodes.")
+@click.option("--node", "nodes", multiple=True, metavar="HOSTLIST", help="Only jobs that ran on these nodes: a Slurm hostlist such as gpu[0042,0314] or gpu1,gpu[3-4] (repeatable).")
 @click.option("--state", "states", multiple=True, metavar="STATE[,STATE]",
               help="Only jobs whose sacct State starts with this word (FAILED, CANCELLED, ...).")
 @click.option("--cause", "causes", multiple=True, metavar="CAUSE[,CAUSE]",
@@ -158,7 +161,7 @@ def summary(config_path, since_text, until_text, users, accounts, partitions, no
         fail("summary: --since must be before --until")
     cfg = load_config(config_path)
     _run(cfg, since, until, _values(users), _values(accounts), _values(partitions),
-         _expand_nodes(_values(nodes)), _values(states), _values(causes), _values(job_ids), input_path, sinfo_path, events_path,
+         _expand_nodes(nodes), _values(states), _values(causes), _values(job_ids), input_path, sinfo_path, events_path,
          "json" if as_json else ("csv" if as_csv else "text"), csv_table, per_job, html_path, top_nodes, workers)
 
 
@@ -309,7 +312,7 @@ def _write(report, mode, csv_table, jobs_out, html_path, top_nodes, out) -> None
         jobs_out.finish(report)
         return
     if mode == "json":
-        out.write(json.dumps(report, indent=1) + "\n")
+        out.write(json.dumps(versioned(report), indent=1) + "\n")
     elif mode == "csv":
         out.write(text.render_csv(report, csv_table))
     else:

@@ -5,13 +5,13 @@ import json
 import re
 import time
 from datetime import datetime, timedelta, timezone
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import click
 
 from healthcheck.config import node_name
 
-from .common import config_option, fail, load_config
+from .common import config_option, fail, load_config, versioned
 
 EXIT_UNREADABLE = 1
 
@@ -117,7 +117,7 @@ def scan(config_path: Optional[str], node: Optional[str], path: Optional[str], s
     except ValueError as exc:
         fail(terminal_safe(str(exc)))
     for event in result.events:
-        click.echo(json.dumps(event.to_json()) if as_json else format_event(event))
+        click.echo(json.dumps(versioned(event.to_json())) if as_json else format_event(event))
     for problem in result.stats.problems:
         click.echo(f"slurm-gpu: {terminal_safe(problem)}", err=True)
     if result.stats.problems:
@@ -144,7 +144,11 @@ _CODE = re.compile(r"(?:(sxid)[: ]?)?(\d{1,9})", re.I)
 @xid.command()
 @config_option
 @click.argument("code", metavar="CODE")
-def explain(config_path: Optional[str], code: str) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (keys v, kind, code, in_catalog, mnemonic, description, nvidia_immediate, "
+                   "nvidia_investigatory, action, action_text, why, config_override, escalation, recovery_actions, "
+                   "sxid_actions, decode_rows).")
+def explain(config_path: Optional[str], code: str, as_json: bool) -> None:
     """Explain an Xid code and what this project does about it.
 
     CODE is a number such as 79 (NVIDIA's catalog entry is printed), or sxid:20034 for an
@@ -177,8 +181,39 @@ def explain(config_path: Optional[str], code: str) -> None:
     if rule:
         lines.append(f"  escalation:           {rule.count} occurrences on one GPU within {rule.window_s:g} s -> "
                      f"{rule.action} (lines within {rule.burst_s:g} s are one occurrence)")
+    if as_json:
+        click.echo(json.dumps(versioned(_explain_doc(catalog, is_sxid, number, override, rule)), sort_keys=False))
+        return
     for line in lines:
         click.echo(terminal_safe(line))
+
+
+def _mapped(table) -> Dict[str, Dict[str, str]]:
+    return {key: {"action": mapped.action, "why": mapped.why} for key, mapped in table.items()}
+
+
+def _explain_doc(catalog, is_sxid: bool, code: int, override: Optional[str], rule) -> Dict[str, Any]:
+    """``xid explain --json``: the same facts as the text, as data."""
+    from healthcheck.kernellog.event_findings import ACTION_TEXT
+
+    doc: Dict[str, Any] = {"kind": "sxid" if is_sxid else "xid", "code": code}
+    if is_sxid:
+        doc.update(in_catalog=False, sxid_actions=_mapped(catalog.sxid_actions()))
+    else:
+        entry = catalog.entry(code)
+        action, why = catalog.catalog_action(code)
+        doc.update(in_catalog=entry is not None,
+                   mnemonic=entry.mnemonic if entry else None,
+                   description=entry.description if entry else None,
+                   nvidia_immediate=(entry.immediate_action or None) if entry else None,
+                   nvidia_investigatory=(entry.investigatory_action or None) if entry else None,
+                   action=action, action_text=ACTION_TEXT.get(action, "no finding"), why=why,
+                   recovery_actions=_mapped(catalog.recovery_actions()) if code == 154 else None,
+                   decode_rows=len(catalog.decode.get(code, [])))
+    doc["config_override"] = override or None
+    doc["escalation"] = ({"count": rule.count, "window_s": rule.window_s, "burst_s": rule.burst_s,
+                          "action": rule.action} if rule else None)
+    return doc
 
 
 def _explain_xid(catalog, code: int) -> List[str]:
