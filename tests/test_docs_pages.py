@@ -8,8 +8,6 @@ import re
 
 import pytest
 
-from healthcheck.config import builtin_defaults
-from healthcheck.hooklib.runlog import JOURNAL_DIR
 
 from .conftest import ETC, ROOT
 
@@ -37,24 +35,6 @@ def test_the_files_a_page_names_exist(page):
     missing = sorted(path for path in named if "*" not in path and "<" not in path
                      and not os.path.exists(os.path.join(ROOT, path)))
     assert not missing, f"{os.path.basename(page)} names files that do not exist: {', '.join(missing)}"
-
-
-def test_the_tmpfiles_example_creates_the_default_state_dir_private():
-    state_dir = builtin_defaults()["paths"]["state_dir"]
-    rules = [line.split() for line in _read(os.path.join(ETC, "tmpfiles.d", "slurm-gpu-hooks.conf")).splitlines()
-             if line.strip() and not line.startswith("#")]
-    assert all(len(rule) == 6 and rule[0] in ("d", "e") for rule in rules), rules
-    assert ["d", state_dir, "0750", "root", "root", "-"] in rules
-    assert all(rule[1] == state_dir or rule[1].startswith(state_dir + "/") for rule in rules)
-
-
-def test_the_logrotate_example_only_touches_the_journals_rotated_generation():
-    text = _read(os.path.join(ETC, "logrotate.d", "slurm-gpu-hooks"))
-    paths = re.findall(r"^(/\S+) \{", text, re.MULTILINE)
-    state_dir = builtin_defaults()["paths"]["state_dir"]
-    assert paths == [f"{state_dir}/{JOURNAL_DIR}/*.jsonl.1"]
-    body = text.split("{", 1)[1]
-    assert "copytruncate" not in body and "nocreate" in body and "delaycompress" in body
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[os.path.basename(p) for p in PAGES])

@@ -207,6 +207,12 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "max_rebooting_nodes": Field(int, minimum=0, maximum=1 << 20),
         "gpu_reset": Field(bool),
     },
+    "retention": {
+        "job_records_days": Field(float, minimum=0, maximum=36500, doc="days; 0 keeps them forever"),
+        "evidence_days": Field(float, minimum=0, maximum=36500, doc="days; 0 keeps them forever"),
+        "journal_days": Field(float, minimum=0, maximum=36500, doc="days; 0 keeps them forever"),
+        "every_s": Field(float, minimum=60, maximum=_MAX_WINDOW_S, doc="seconds between two prunings"),
+    },
     "perftest": {
         "ib_write_bw": Field(str, doc="the ib_write_bw command (an absolute path is best)"),
         "duration_s": Field(int, minimum=1, maximum=600),

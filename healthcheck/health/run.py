@@ -105,7 +105,14 @@ def _late_evidence(run: "HealthRun", config: Config) -> Any:
     return amend_from_health_run(run, config)
 
 
-POST_DECISION_STEPS: List[PostStep] = [_late_evidence]
+def _retention(run: "HealthRun", config: Config) -> Any:
+    """Prune the state dir by age ([retention]), at most once per every_s."""
+    from .retention import Retention, maybe_prune
+
+    return maybe_prune(config.state_dir, Retention.from_config(config))
+
+
+POST_DECISION_STEPS: List[PostStep] = [_late_evidence, _retention]
 
 
 def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSources,

@@ -26,7 +26,7 @@ import sys
 from ..plain import field, plain
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from ..config import Config, ConfigError
+from ..config import DEFAULT_CONFIG_PATH, Config, ConfigError
 
 
 @plain
@@ -208,6 +208,12 @@ def load_config_or_none(env: Mapping[str, str] = os.environ, hook: str = "hook")
     """
     loaded = _load(None, env, cached=True)
     if isinstance(loaded, Config):
+        if loaded.path is None and hook != "taskprolog":
+            # No file at the default path and none named: the built-in defaults, draining included.
+            # Said every run (slurmd's log), so a node that lost its config is seen. The TaskProlog
+            # runs per task and exports nothing on defaults: it stays quiet.
+            print(f"slurm-gpu-{hook}: no config file ({DEFAULT_CONFIG_PATH} is missing, "
+                  "$SLURM_GPU_HOOKS_CONFIG unset): running on the built-in defaults, draining on", file=sys.stderr)
         return loaded
     kind, _, why = loaded.partition(": ")
     print(f"slurm-gpu-{hook}: config {kind}, doing nothing: {why}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Talking to Slurm. ``SlurmBackend`` is the small interface the hooks, the health check and
 the CLI use; ``CliBackend`` implements it with Slurm's own command-line tools (the backend that
-must always work: pyslurm has no release for the Slurm 22.05 we test against); ``FakeBackend``
+must always work; nothing imports pyslurm: docs/install.md "Why not pyslurm"); ``FakeBackend``
 (``tests/fake_backend.py``, not installed) implements it in memory for unit tests.
 
 It lives in ``healthcheck`` so the health check, which never imports ``slurm_hooks``, can
