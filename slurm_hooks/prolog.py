@@ -31,9 +31,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from healthcheck.hooklib.nogc import short_process
 
     with short_process():      # before the imports: a hook is one short process
-        from healthcheck.hooklib.skeleton import serve
+        from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
 
-        return serve("prolog", argv, _body, doc=__doc__ or "", example=EXAMPLE, start=_start,
+        return serve("prolog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,
                      deadline=("prolog", "deadline_s"), on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 

@@ -24,10 +24,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from healthcheck.hooklib.nogc import short_process
 
     with short_process():      # before the imports: a hook is one short process
-        from healthcheck.hooklib.skeleton import serve
+        from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
 
         # No watchdog (it reads small files only) and no journal (the job's user cannot write it).
-        return serve("taskprolog", argv, _body, doc=__doc__ or "", example=EXAMPLE, start=_start)
+        return serve("taskprolog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start)
 
 
 def _start(argv):

@@ -27,6 +27,8 @@ NEEDS = {
     r"^apt-get install prometheus-node-exporter": "changes this machine's packages (the lab installs it)",
     r"slurm-gpu lab (up|env)": "the lab (root, its machine-wide lock): tests/lab",
     r"^sinfo$": "the lab's Slurm",
+    r"^install -m 0644 etc/systemd/slurm-gpu-watch\.service /etc/systemd/system/$": "systemd (the lab runs the watcher)",
+    r"^systemctl |^journalctl -u ": "systemd (the lab runs the watcher: test_lab_watch.py)",
 }
 # What does not need a cluster, each run as the page gives it.
 RUNS = (r"^python3 -m venv ", r"^/tmp/slurm-gpu-build/bin/", r"^V=", r"^/opt/slurm-gpu-hooks/\$V/bin/pip install ",

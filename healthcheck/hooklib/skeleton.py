@@ -173,11 +173,15 @@ def help_requested(hook: str, argv: Optional[Sequence[str]], doc: str, example: 
     if not args:
         return None
     if args[0] in ("-h", "--help"):
-        print(f"usage: slurm-gpu-{hook} [-h]\n\n{admin_help(hook, doc)}\n\noptions:\n  -h, --help  show this help and exit"
+        print(f"usage: slurm-gpu-{hook} [-h]\n\n{admin_help(hook, '') if doc == ADMIN_HELP else doc.strip()}\n\noptions:\n  -h, --help  show this help and exit"
               f"\n\nExample:\n  {example}")
         return 0
     print(f"slurm-gpu-{hook}: takes no arguments (Slurm runs it; see --help), got {args[0]!r}", file=sys.stderr)
     return 2
+
+
+# ``doc`` of a hook Slurm runs: its --help is the admin's text, healthcheck/data/help/<hook>.txt.
+ADMIN_HELP = "@admin-help"
 
 
 def admin_help(hook: str, fallback: str = "") -> str:
