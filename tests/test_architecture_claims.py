@@ -65,6 +65,7 @@ PROGRAM_STARTERS = {
     "healthcheck.safeio.programs",     # the bounded runner itself
     "slurm_hooks.lab.daemons",         # the lab's daemons outlive the call
     "slurm_hooks.lab.watchers",        # the lab's slurm-gpu-watch processes
+    "slurm_hooks.lab.monitoring",      # the lab's node_exporter and Prometheus
     "slurm_hooks.delivery",            # the epilog's detached background delivery
     "healthcheck.watch.service",       # slurm-gpu-watch's HealthCheckProgram runs, each with its deadline
 }

@@ -402,4 +402,4 @@ def env_lines(lab: LabPaths) -> List[str]:
             f"export SLURM_GPU_HOOKS_CONFIG={shlex.quote(lab.hooks_config)}",
             f"export {P.LAB_DIR_ENV}={shlex.quote(lab.root)}",
             f"export {releases.RELEASE_ENV}={shlex.quote(releases.current(lab).version)}",
-            f"export PATH={shlex.quote(lab.bin)}:\"$PATH\"", *monitoring.env_lines(lab)]
+            *monitoring.env_lines(lab), f"export PATH={shlex.quote(lab.bin)}:\"$PATH\""]
