@@ -102,9 +102,9 @@ def prometheus_yml(lab: LabPaths) -> str:
 
 def render(lab: LabPaths) -> List[str]:
     """Write the textfile directory and Prometheus's config and rules; return what changed."""
-    D._ensure_owned_dir(textfile_dir(lab), "root", 0o755)
-    D._ensure_owned_dir(prom_dir(lab), "root", 0o755)
-    D._ensure_owned_dir(prom_data(lab), USER, 0o750)
+    _owned_dir(textfile_dir(lab), "root", 0o755)
+    _owned_dir(prom_dir(lab), "root", 0o755)
+    _owned_dir(prom_data(lab), USER, 0o750)
     with open(shipped_rules(), encoding="utf-8") as handle:
         rules = handle.read()
     changed = []
@@ -112,6 +112,19 @@ def render(lab: LabPaths) -> List[str]:
         if _write_if_changed(path, text):
             changed.append(path)
     return changed
+
+
+def _owned_dir(path: str, owner: str, mode: int) -> None:
+    """A plain directory owned by the host's ``owner`` with exactly ``mode`` (the monitoring runs
+    on the host, whatever root filesystem the lab's Slurm runs in)."""
+    import pwd
+
+    os.makedirs(path, mode=mode, exist_ok=True)
+    if os.path.islink(path) or not os.path.isdir(path):
+        raise LabError(f"{path} is not a plain directory; refusing to use it")
+    record = pwd.getpwnam(owner)
+    os.chown(path, record.pw_uid, record.pw_gid, follow_symlinks=False)
+    os.chmod(path, mode)
 
 
 def _write_if_changed(path: str, text: str) -> bool:
