@@ -9,10 +9,10 @@ import json
 import os
 import stat
 import sys
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..findings import STATUSES
+from ..plain import plain
 from ..safeio.fsutil import DIR_MODE, append_line, atomic_write, ensure_dir, path_component
 from ..hooklib.runlog import rotate_if_full
 from .state import health_dir
@@ -143,7 +143,7 @@ def _label(value: str) -> str:
 Sample = Tuple[Dict[str, str], float]
 
 
-@dataclass
+@plain
 class Family:
     name: str
     kind: str                    # gauge | counter

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import stat
 import time
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ..plain import field, plain
 from ..safeio.fsutil import atomic_write
 
 DAY = 86400.0
@@ -30,7 +30,7 @@ EVIDENCE = ("health", (".evidence.jsonl", ".evidence.jsonl.1"))
 JOURNALS = ("hook-runs", (".jsonl", ".jsonl.1"))
 
 
-@dataclass(frozen=True)
+@plain(frozen=True)
 class Retention:
     job_records_days: float = 90
     evidence_days: float = 365
@@ -46,7 +46,7 @@ class Retention:
                    every_s=float(section["every_s"]))
 
 
-@dataclass
+@plain
 class Pruned:
     jobs: List[str] = field(default_factory=list)
     files: List[str] = field(default_factory=list)
