@@ -4,6 +4,7 @@ resumes it through the drain gate (``healthcheck.actions.gate``)."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any, Dict, List, Optional
 
@@ -138,8 +139,10 @@ def resume(config_path: Optional[str], hostlist: str, force: bool, as_json: bool
     if as_json:
         click.echo(json.dumps(versioned({"nodes": [{key: value for key, value in result.items() if key != "refused"}
                                                    for result in results]}), sort_keys=False))
+    if refused and len(nodes) > 1:
+        fail(f"{', '.join(refused)} not resumed", code=1)
     if refused:
-        fail(f"{', '.join(refused)} not resumed" if len(nodes) > 1 else f"{refused[0]} not resumed", code=1)
+        sys.exit(1)   # one node: its one line (why it was refused) is already said
 
 
 def _resume_one(config, backend, node: str, force: bool, as_json: bool = False) -> Dict[str, Any]:

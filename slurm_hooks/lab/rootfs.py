@@ -50,7 +50,7 @@ UNSHARE = "/usr/bin/unshare"
 ENTER = '/usr/bin/mount --bind "$0/etc" /etc && /usr/bin/mount --bind "$0/usr" /usr && exec "$@"'
 MIRROR_ENV = "SLURM_GPU_LAB_MIRROR"
 # What of the checkout goes into the wheel (setup.cfg's packages, and the files it reads).
-PACKAGED = ("setup.cfg", "pyproject.toml", "README.md", "healthcheck", "slurm_hooks")
+PACKAGED = ("setup.cfg", "pyproject.toml", "README.md", "healthcheck", "slurm_hooks", "etc", "man")
 
 
 def inside(root: str, path: str) -> str:
