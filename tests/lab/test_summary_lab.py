@@ -19,6 +19,11 @@ pytestmark = pytest.mark.lab
 TABLE = {s.name: s for s in load_table()}
 
 
+def job_order(job_id):
+    """Numeric order of a job id as sacct shows it: 524, an array task 524_7, a het component 20+1."""
+    return tuple(int(part) for part in re.split(r"[_+]", job_id))
+
+
 def scenario_jobs(scenario_run):
     return [r for r in scenario_run["results"] if r["job_id"] and r["produced"]]
 
@@ -56,7 +61,7 @@ def documented_cause(state, comment):
 def summary_run(lab, scenario_run, cli):
     jobs = scenario_jobs(scenario_run)
     assert jobs, "the scenarios ran no job"
-    ids = sorted({r["job_id"] for r in jobs}, key=int)
+    ids = sorted({r["job_id"] for r in jobs}, key=job_order)
     since = f"@{int(lab.started_at) - 120}"
     result = cli("summary", "--json", "--jobs", "--since", since, "--job", ",".join(ids), env=lab.env, timeout=120)
     assert result.returncode == 0, result.stderr
