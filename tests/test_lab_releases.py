@@ -137,3 +137,20 @@ def test_a_reinstall_switches_the_stable_link_in_one_rename_keeping_the_previous
         assert os.readlink(str(local / "slurm-gpu-hooks")) == f"slurm-gpu-hooks-{digest}"   # relative
     assert sorted(p.name for p in local.iterdir()) == ["slurm-gpu-hooks", "slurm-gpu-hooks-bbb",
                                                          "slurm-gpu-hooks-ccc"]
+
+
+def test_the_wheels_source_copy_holds_every_file_setup_cfg_packages():
+    """The rootfs install builds its wheel from a copy of PACKAGED: a data file setup.cfg names
+    outside it (the Prometheus rules, the man page) made pip wheel fail and no rootfs lab start."""
+    import configparser
+
+    from slurm_hooks.lab.rootfs import PACKAGED
+
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parsed = configparser.ConfigParser()
+    parsed.read(os.path.join(top, "setup.cfg"))
+    named = [path.strip() for value in parsed["options.data_files"].values()
+             for path in value.splitlines() if path.strip()]
+    assert named
+    for path in named:
+        assert path.split("/")[0] in PACKAGED, f"setup.cfg's data file {path} is not in the wheel's source copy"
