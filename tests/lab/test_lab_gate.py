@@ -1,0 +1,78 @@
+"""Issue 20's acceptance on the real cluster: every change of a node goes through the drain gate.
+A node the prolog drained for a lost GPU shows its evidence and a recommendation in
+``slurm-gpu drained --json`` and is resumed by the health check once it rebooted; ``slurm-gpu
+resume 'gpu[1-3]'`` with an admin's drain on gpu2 resumes ours only."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from healthcheck.hooklib.runlog import read_runs
+
+from .conftest import slurm_gpu, wait_for
+from .test_lab_job_classes import inject, mend, node_reason, prolog_sees_it_first, submit, wait_ended  # noqa: F401
+
+pytestmark = pytest.mark.lab
+
+ADMIN = "admin: PSU swap, ticket 4711"
+
+
+def drained_rows(lab):
+    listed = slurm_gpu("drained", "--json", env=lab.env)
+    assert listed.returncode == 0, listed.stderr
+    return {row["node"]: row for row in json.loads(listed.stdout)}
+
+
+def health_runs(lab, node: str, since: float):
+    return [e for e in read_runs(lab.paths.state)
+            if e.get("hook") == "healthcheck" and e.get("node") == node and e.get("time", 0) > since]
+
+
+def test_a_prolog_drain_shows_its_evidence_and_the_health_check_resumes_it_after_a_reboot(lab, prolog_sees_it_first):
+    state = os.path.join(lab.paths.state, "health", "gpu3.json")
+    if os.path.exists(state):
+        os.unlink(state)                      # no drain record from an earlier session
+    inject(lab, "gpu3", "gpu.5.state=lost")
+    try:
+        job = submit(lab, "-w", "gpu3", "--gres=gpu:8", "--no-requeue", "--wrap", "touch /dev/null")
+        assert wait_ended(lab, job) == "CANCELLED"
+        assert node_reason(lab, "gpu3").startswith("gpu-hooks: v1 gpu.lost gpu5")
+        row = drained_rows(lab)["gpu3"]
+        assert row["ours"] and row["drained_by"] == "prolog" and row["cause"] == "gpu.lost gpu5", row
+        assert row["evidence"] and row["evidence"][0]["check"] == "gpu.lost" and row["evidence"][0]["gpu"] == 5
+        assert row["recommended"].startswith("reboot the node"), row
+
+        since = time.time()
+        for step in ("reset", "reboot"):
+            done = slurm_gpu("sim", step, "gpu3", env=lab.env)
+            assert done.returncode == 0, done.stderr
+        resumed = wait_for("the health check resuming gpu3",
+                           lambda: [e for e in health_runs(lab, "gpu3", since) if e.get("result") == "resume"],
+                           timeout=60)
+        assert resumed[0]["rule"] == "resume"
+        wait_for("gpu3 in service", lambda: not node_reason(lab, "gpu3"), timeout=30)
+    finally:
+        mend(lab, "gpu3")
+
+
+def test_resume_of_a_hostlist_resumes_ours_and_leaves_an_admins_drain(lab):
+    # A cause the lab's health check never resumes by itself ([health.resume] "gpu.remap.failed" =
+    # "never"), so the drains stay until `slurm-gpu resume` (the simulated GPUs are healthy).
+    ours = "gpu-hooks: v1 gpu.remap.failed gpu3 uncorrectable_rows:2; GPU 3: row remapping failed"
+    try:
+        for node, reason in (("gpu1", ours), ("gpu2", ADMIN), ("gpu3", ours)):
+            lab.run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}").check_returncode()
+        done = slurm_gpu("resume", "gpu[1-3]", env=lab.env, timeout=180)
+        assert done.returncode == 1 and "gpu2" in done.stderr and "not by this tool" in done.stderr, done.stderr
+        assert "gpu1: every check passes; resumed" in done.stdout and "gpu3: every check passes; resumed" in done.stdout
+        wait_for("gpu1 and gpu3 in service", lambda: not node_reason(lab, "gpu1") and not node_reason(lab, "gpu3"),
+                 timeout=30)
+        assert node_reason(lab, "gpu2") == ADMIN
+        shown = lab.run("sinfo", "-h", "-n", "gpu2", "-o", "%T").stdout
+        assert "drain" in shown, shown
+    finally:
+        for node in ("gpu1", "gpu2", "gpu3"):
+            lab.run("scontrol", "update", f"nodename={node}", "state=resume")
