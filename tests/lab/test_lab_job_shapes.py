@@ -131,3 +131,26 @@ def test_a_60_task_array_and_the_jobs_after_it_reach_admin_comment_past_a_malfor
     for job in after:
         assert ac.parse(sacct(lab, job)[0]["AdminComment"])[0]["class"] == "FAILED"
     assert not os.path.exists(bad) and os.path.exists(bad + ".corrupt")
+
+
+@pytest.mark.every_release
+def test_an_admins_cancel_note_survives_our_cancelled_entry(lab):
+    """25.11 added `scancel --admin-comment`; before it an admin notes with scontrol, then cancels."""
+    note = "Cancelled by ops: GPU swap on gpu3"
+    job = submit(lab, "-w", "gpu3", "--gres=gpu:1", "--wrap", "sleep 120")
+    wait_for(f"job {job} running", lambda: "RUNNING" in lab.run("squeue", "-h", "-j", job, "-o", "%T").stdout)
+    if "--admin-comment" in lab.run("scancel", "--help").stdout:
+        cancelled = lab.run("scancel", f"--admin-comment={note}", job)
+    else:
+        noted = lab.run("scontrol", "update", f"jobid={job}", f"AdminComment={note}")
+        assert noted.returncode == 0, noted.stderr
+        cancelled = lab.run("scancel", job)
+    assert cancelled.returncode == 0, cancelled.stderr
+
+    def both() -> Optional[str]:
+        rows = sacct(lab, job)
+        text = rows[0]["AdminComment"] if rows else ""
+        return text if ac.parse(text) and ac.others(text) else None
+    comment = wait_for(f"job {job}'s entry beside the note", both, timeout=90)
+    assert [e["class"] for e in ac.parse(comment)] == ["CANCELLED"], comment
+    assert ac.others(comment).lower() == note.lower(), comment
