@@ -100,6 +100,18 @@ def test_slurm_unreachable_never_drains_and_commits_nothing_then_drains(node):
     assert drained.decision.kind == "drain" and "xid:79" in node.slurm_node.reason
 
 
+def test_an_xid_read_while_slurm_is_busy_with_the_node_drains_it_once_slurm_is_done(node):
+    # A rebooted slurmd shows NOT_RESPONDING until it registers; the watcher can run the health
+    # check right then. What that run read must come back (seen in the lab: the Xid was lost).
+    node.slurm.add_node("gpu2", state="IDLE+NOT_RESPONDING")
+    node.sim.inject([], [XID79])
+    busy = node.run_once()
+    assert busy.decision.rule == "slurm-busy" and not busy.committed and node.slurm.writes() == []
+    node.slurm.add_node("gpu2", state="IDLE")
+    drained = node.run_once()
+    assert drained.decision.kind == "drain" and "xid:79" in node.slurm_node.reason
+
+
 def test_an_ib_port_down_for_one_run_does_not_drain_down_for_two_does(node):
     down = [("ib.mlx5_3:1.state", "1: DOWN"), ("ib.mlx5_3:1.phys_state", "3: Disabled")]
     node.sim.inject(down)

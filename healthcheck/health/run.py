@@ -176,8 +176,13 @@ def _drained_by_us(outcome, record: Optional[node_state.Drained], policy: Health
 
 def _settled(run: HealthRun) -> bool:
     """Whether what the run read may be committed: the decision was applied, or there was
-    nothing to apply, or it was recorded for a node that is not ours to change."""
+    nothing to apply, or it was recorded for a node that is not ours to change. A node Slurm is
+    handling (NOT_RESPONDING while a rebooted slurmd registers, POWERING_UP, ...) is not judged
+    now: what the run read stays uncommitted, so an Xid seen then drains the node once Slurm is
+    done with it instead of being lost."""
     if run.applied.error is not None:
+        return False
+    if run.decision.rule == "slurm-busy":
         return False
     if run.decision.kind == "blocked":
         return run.decision.rule == "actions-off"
