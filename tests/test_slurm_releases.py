@@ -107,3 +107,21 @@ def test_sacct_json_has_the_jobs(release):
     doc = json.loads(read(release, "sacct-json-failed.json"))
     job_id = captured(release)["jobs"]["failed"]
     assert [job["job_id"] for job in doc["jobs"]] == [int(job_id)]
+
+
+def test_a_json_job_in_its_epilogs_shows_the_ending_behind_completing():
+    """24.11 in the lab: a scancel'd job's epilog saw job_state ["CANCELLED", "COMPLETING"] with
+    exit code 0:0, and the text-like "COMPLETING" classed it COMPLETED."""
+    from healthcheck.records.classify import SlurmView, slurm_ending
+    from healthcheck.slurm.cli_backend import job_fields_from_json
+
+    def ending(states):
+        fields = job_fields_from_json({"job_id": 7, "job_state": states, "state_reason": "None",
+                                       "exit_code": {"return_code": {"set": True, "number": 0},
+                                                     "signal": {"id": {"set": False, "number": 0}}}})
+        return fields["JobState"], slurm_ending(SlurmView(job_state=fields["JobState"], reason="None",
+                                                          exit_code=fields["ExitCode"])).cls
+
+    assert ending(["CANCELLED", "COMPLETING"]) == ("CANCELLED", "CANCELLED")
+    assert ending(["COMPLETED", "COMPLETING"]) == ("COMPLETING", "COMPLETED")
+    assert ending(["RUNNING"])[0] == "RUNNING"
