@@ -4,7 +4,8 @@ outputs -> post-decision steps.
 
 Read, act, then commit: what the run read from the kernel log is committed only when the
 decision is settled (applied, nothing to apply, or recorded for a node that is not ours to
-change). Slurm unreachable, a failed scontrol or a spent budget leave it uncommitted, so the
+change). Slurm unreachable, a failed scontrol, a spent budget or Slurm busy with the node leave it
+uncommitted, so the
 next run judges the same events again.
 """
 from __future__ import annotations
