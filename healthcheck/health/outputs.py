@@ -197,12 +197,17 @@ def _findings(run) -> Family:
                    for status in STATUSES[1:]])
 
 
+def _one_hot(label: str, taken, choices):
+    """A sample per choice, 1 for the one taken (none when nothing was): alerts match on the label."""
+    return [({label: choice}, 1 if taken == choice else 0) for choice in choices]
+
+
 def _decision(run) -> Family:
     taken = run.contract_decision
     return Family("slurm_gpu_health_decision", "gauge",
                   "The last run's decision, as --json says it (1 for the one taken; a drain Slurm did not "
                   "take is blocked).",
-                  [({"decision": kind}, 1 if taken == kind else 0) for kind in DECISIONS])
+                  _one_hot("decision", taken, DECISIONS))
 
 
 def _left_alone(run) -> Family:
@@ -225,7 +230,7 @@ def _blocked(run) -> Family:
     return Family("slurm_gpu_health_blocked", "gauge",
                   "1 for what kept the last run's drain or resume from Slurm: the drain budget, Slurm "
                   "unreachable, actions off ([drain] enabled = false), or scontrol failed.",
-                  [({"by": blocker}, 1 if by == blocker else 0) for blocker in BLOCKERS])
+                  _one_hot("by", by, BLOCKERS))
 
 
 def _slurm_up(run) -> Family:
