@@ -5,7 +5,8 @@ Every hook run used to parse ``defaults.toml`` and the admin's file with the TOM
 walk the schema over them (about 10 ms of a 60-80 ms hook, docs/performance.md). A valid load
 is kept as JSON in ``CACHE_DIR`` (root only: ``/run``, a tmpfs gone at reboot), under a key
 that is a SHA-256 of the file's bytes, its path, the interpreter and the size and mtime of the
-code and data that decide validity (the schema, the defaults, the check registry). A later run
+code and data that decide validity (the schema, the defaults, the check registry, and every
+module and data file they use: ``_CODE``). A later run
 whose key matches reads that JSON instead; anything else (another file, another version, a
 changed defaults file, a cache entry that is not ours or not whole) is a normal load.
 
@@ -27,9 +28,16 @@ from typing import Any, Callable, Dict, Optional
 CACHE_DIR = "/run/slurm-gpu-hooks"
 _VERSION = "1"
 MAX_ENTRY_BYTES = 1 << 20
-# What decides whether a document is valid and what it merges into, relative to the package.
-_CODE = ("config/__init__.py", "config/keys.py", "schema.py", "compiled.py", "findings.py", "facts.py",
-         "checks/__init__.py", "kernellog/xid_actions.py", "data/defaults.toml")
+# What decides whether a document is valid and what it merges into, relative to the package:
+# the modules the validation and the compiled form import (at module level and inside their
+# functions, transitively: ``plain.py`` builds the classes ``facts.py`` declares) and the data
+# files they read. tests/test_config_compiled.py derives that set from the code and fails when
+# a module or data file is missing here.
+_CODE = ("__init__.py", "compiled.py", "config/__init__.py", "config/keys.py", "schema.py", "findings.py", "facts.py",
+         "plain.py", "checks/__init__.py", "kernellog/__init__.py", "kernellog/xid_actions.py",
+         "safeio/__init__.py", "safeio/datafiles.py", "safeio/fsutil.py", "safeio/sha256.py", "safeio/tomlio.py",
+         "sim/__init__.py", "sim/shipped.py", "taskenv/__init__.py", "taskenv/nccl_env.py", "taskenv/topology.py",
+         "data/defaults.toml", "data/xid-actions.tsv")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -103,6 +103,72 @@ def test_the_key_follows_the_code_that_decides_validity(tmp_path):
     assert all(os.path.exists(os.path.join(here, name)) for name in compiled._CODE)
 
 
+def _package_imports(package_dir: str, relpath: str):
+    """The package's modules ``relpath`` imports (module level and inside functions, relative
+    or absolute) and the package data files it reads by name, as paths under the package."""
+    import ast
+    import re
+
+    def module_file(dotted: str):
+        base = os.path.join(package_dir, *dotted.split(".")) if dotted else package_dir
+        if os.path.isdir(base):
+            return os.path.relpath(os.path.join(base, "__init__.py"), package_dir)
+        return os.path.relpath(base + ".py", package_dir) if os.path.exists(base + ".py") else None
+
+    with open(os.path.join(package_dir, relpath), encoding="utf-8") as handle:
+        text = handle.read()
+    parts = os.path.dirname(relpath).split(os.sep) if os.path.dirname(relpath) else []
+    found = {os.path.join(*parts[:i + 1], "__init__.py") for i in range(len(parts))} | {"__init__.py"}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = parts[:len(parts) - (node.level - 1)]
+            dotted = ".".join(base + ([node.module] if node.module else []))
+            candidates = [dotted] + [".".join(filter(None, [dotted, alias.name])) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("healthcheck."):
+            candidates = [node.module[len("healthcheck."):]]
+        elif isinstance(node, ast.Import):
+            candidates = [a.name[len("healthcheck."):] for a in node.names if a.name.startswith("healthcheck.")]
+        else:
+            continue
+        found.update(f for f in map(module_file, candidates) if f)
+    # Data files read by name: read_text("xid-actions.tsv") and the like.
+    found.update("data/" + name for name in re.findall(r"read_(?:text|bytes)\(\"([\w.-]+\.(?:toml|tsv|json))\"", text))
+    return found
+
+
+def test_the_key_covers_every_module_and_data_file_the_compiled_form_depends_on():
+    """A change to any module the validation imports (transitively, e.g. plain.py, which builds
+    facts.py's classes) or to a data file it reads must change the key: each is in _CODE."""
+    here = os.path.dirname(compiled.__file__)
+    seen, todo = set(), ["compiled.py", "config/__init__.py"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name.endswith(".py"):
+            todo.extend(_package_imports(here, name))
+    assert "plain.py" in seen and "data/defaults.toml" in seen
+    missing = sorted(seen - set(compiled._CODE))
+    assert missing == [], f"the compiled config's key misses {missing}"
+
+
+def test_a_change_to_plain_py_changes_the_key(tmp_path, monkeypatch):
+    raw = b"[health]\nconfirm_runs = 3\n"
+    before = compiled.key("/etc/a.toml", raw)
+    real_stat = os.stat
+    plain_py = os.path.join(os.path.dirname(compiled.__file__), "plain.py")
+
+    def stat(path, *args, **kwargs):
+        info = real_stat(path, *args, **kwargs)
+        if os.path.abspath(path) == plain_py:
+            return os.stat_result((info.st_mode, info.st_ino, info.st_dev, info.st_nlink, info.st_uid, info.st_gid,
+                                   info.st_size + 1, info.st_atime, info.st_mtime, info.st_ctime))
+        return info
+    monkeypatch.setattr(os, "stat", stat)
+    assert compiled.key("/etc/a.toml", raw) != before
+
+
 def test_the_cache_stays_small_whatever_the_number_of_config_files(tmp_path, cache, monkeypatch):
     monkeypatch.setattr(compiled, "MAX_ENTRIES", 3)
     for number in range(6):
