@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Optional, Sequence
 
 PROG = "slurm-gpu-healthcheck"
+HEALTH_TIER = "health"        # health.run.TIER (run_checks refuses probes started for another tier)
 
 
 def parse(argv: Optional[Sequence[str]]):
@@ -108,15 +109,21 @@ def _tool_error(run, exc: Exception):
 
 
 def _run(config, node: str, dry_run: bool):
+    from .runner import start_probes
+    from .sources import node_sources
+
+    sources = node_sources(config, node)
+    # The probes' children start first; the decision's code (the Actions layer, the Slurm
+    # backend, the outputs) is loaded while they run.
+    probes = start_probes(config, node, HEALTH_TIER, sources=sources)
+    probes.load_checks()
     from .health.outputs import write_all
     from .health.policy import HealthPolicy
     from .health.run import POST_DECISION_STEPS, run_health
     from .slurm import backend_from_config
-    from .sources import node_sources
 
     policy = HealthPolicy.from_config(config)
-    sources = node_sources(config, node)
-    result = run_health(config, node, backend_from_config(config), sources, dry_run=dry_run)
+    result = run_health(config, node, backend_from_config(config), sources, dry_run=dry_run, probes=probes)
     for finding in result.report.findings:
         if finding.status == "error" and finding.action != "drain":
             # The tool could not look (a probe timed out, the kernel log is unreadable): said

@@ -81,9 +81,62 @@ class Report:
                 "duration_ms": self.duration_ms}
 
 
+class Probes:
+    """The probes of one run that can block (NVML, IB sysfs), started in their children under
+    their deadlines: ``start_probes`` makes one, ``run_checks(probes=...)`` collects it. A hook
+    starts them as soon as it knows its node and imports the rest of what it needs while they
+    run (the children's time and the imports overlap)."""
+
+    __slots__ = ("tier", "gpus", "extra_reads", "check_ids", "wanted", "groups", "timeout_s", "nvml_child",
+                 "ib_child", "sources")
+
+    def load_checks(self) -> None:
+        """Import the tier's check modules and samplers now (``run_checks`` would import them
+        after collecting the children; a hook does it while they run)."""
+        for cid in self.check_ids:
+            CHECKS[cid].function()
+            CHECKS[cid].sampler()
+        from .checks import probe_health  # noqa: F401
+
+    def matches(self, tier: str, gpus: Optional[frozenset], extra_reads: Iterable[str]) -> bool:
+        return (self.tier, self.gpus, self.extra_reads) == (tier, gpus, tuple(extra_reads))
+
+
+def start_probes(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Optional[Iterable[int]] = None,
+                 sources: Optional[NodeSources] = None, extra_reads: Iterable[str] = ()) -> Probes:
+    """Start the children of ``tier``'s blocking probes (the same ones ``run_checks`` would
+    start); pass the result to ``run_checks`` with the same tier, gpus and extra reads. An
+    unknown extra read is a ValueError; setting up ``sources`` when none are given can raise."""
+    probes = Probes()
+    probes.tier, probes.extra_reads = tier, tuple(extra_reads)
+    probes.gpus = None if gpus is None else frozenset(int(g) for g in gpus)
+    probes.check_ids = [cid for cid in config.tier(tier) if cid in CHECKS]
+    extra_sources, probes.groups = _extra_reads(probes.extra_reads)
+    if sources is None:
+        from .sources import node_sources
+
+        sources = node_sources(config, node)
+    probes.sources = sources
+    probes.wanted = needs(probes.check_ids) | extra_sources
+    probes.timeout_s = float(config.section("gpu")["probe_timeout_s"])
+    # Start the probes that can block together, then collect: their deadlines overlap.
+    probes.nvml_child = probes.ib_child = None
+    if "nvml" in probes.wanted:
+        from .probes.nvml import start_nvml_probe
+
+        probes.nvml_child = start_nvml_probe(sources.nvml, probes.timeout_s,
+                                             nvml_features(probes.check_ids) | probes.groups, probes.gpus)
+    if "ib" in probes.wanted:
+        from .probes.ib_sysfs import start_ib_probe
+
+        probes.ib_child = start_ib_probe(sources.sysfs_root, probes.timeout_s)
+    return probes
+
+
 def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Optional[Iterable[int]] = None,
                sources: Optional[NodeSources] = None, now: Optional[float] = None,
-               consumer: str = "hook", extra_reads: Iterable[str] = (), commit: bool = False) -> Report:
+               consumer: str = "hook", extra_reads: Iterable[str] = (), commit: bool = False,
+               probes: Optional[Probes] = None) -> Report:
     """Run ``tier``'s checks for ``node``; ``gpus`` (NVML indices, e.g. SLURM_JOB_GPUS)
     restricts the GPU checks to those GPUs. ``consumer`` names who reads the kernel log ("hook",
     "cli"): each keeps its own cursor.
@@ -93,29 +146,18 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
     they come back in ``Report.facts``. Nothing is saved unless ``commit`` is true or the caller
     calls ``Report.commit()``. Never raises for what it finds on the node; an unknown extra
     read is a ValueError, and setting up ``sources`` when none are given can raise (ProfileError
-    for a bad simulator profile)."""
+    for a bad simulator profile). ``probes``: the children ``start_probes`` started for this
+    very tier, gpus and extra reads (a ValueError when they were started for others)."""
     started = time.monotonic()
     now = time.time() if now is None else now
-    check_ids = [cid for cid in config.tier(tier) if cid in CHECKS]
-    job_gpus = None if gpus is None else frozenset(int(g) for g in gpus)
-    extra_sources, extra_groups = _extra_reads(extra_reads)
-    if sources is None:
-        from .sources import node_sources
-
-        sources = node_sources(config, node)
-    wanted = needs(check_ids) | extra_sources
-    timeout_s = float(config.section("gpu")["probe_timeout_s"])
-
-    # Start the probes that can block together, then collect: their deadlines overlap.
-    nvml_child = ib_child = None
-    if "nvml" in wanted:
-        from .probes.nvml import start_nvml_probe
-
-        nvml_child = start_nvml_probe(sources.nvml, timeout_s, nvml_features(check_ids) | extra_groups, job_gpus)
-    if "ib" in wanted:
-        from .probes.ib_sysfs import start_ib_probe
-
-        ib_child = start_ib_probe(sources.sysfs_root, timeout_s)
+    if probes is None:
+        probes = start_probes(config, node, tier, gpus, sources, extra_reads)
+    elif not probes.matches(tier, None if gpus is None else frozenset(int(g) for g in gpus), extra_reads):
+        raise ValueError(f"probes started for tier {probes.tier!r}, gpus {probes.gpus}, reads {probes.extra_reads} "
+                         f"collected for tier {tier!r}")
+    sources = probes.sources
+    check_ids, job_gpus, wanted = probes.check_ids, probes.gpus, probes.wanted
+    nvml_child, ib_child = probes.nvml_child, probes.ib_child
     dcgm = _run_dcgm(config, tier, job_gpus) if "dcgm" in wanted else None
     nvml = ib = None
     if nvml_child is not None:

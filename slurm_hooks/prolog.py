@@ -82,12 +82,10 @@ def _stopped_by_watchdog(run, deadline: float, where: str):
 
 
 def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
-    from healthcheck.findings import without_timeout_drains
     from healthcheck.records import store
-    from healthcheck.runner import BASELINE_READS, run_checks
+    from healthcheck.runner import BASELINE_READS, run_checks, start_probes
     from healthcheck.sources import node_sources
 
-    from . import evidence as ev
     from .gpumap import device_minors, devices_dir, gres_to_nvml, parse_gpu_list
 
     job_id = store.job_id_ok(env.get("SLURM_JOB_ID", ""))
@@ -95,13 +93,21 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     gres = parse_gpu_list(env.get("SLURM_JOB_GPUS"))
     sources = node_sources(config, node)
     # All GPUs are probed (the minor numbers that map the job's GPUs come from the same run);
-    # only the job's GPUs and node-wide findings are judged.
-    report = run_checks(config, node, "prolog", gpus=None, sources=sources, now=now, extra_reads=BASELINE_READS)
+    # only the job's GPUs and node-wide findings are judged. The probes' children start first:
+    # what the rest of the prolog loads and reads is done while they run.
+    probes = start_probes(config, node, "prolog", None, sources, BASELINE_READS)
+    _while_probing(config, probes)
+    devices = device_minors(devices_dir(config.section("prolog")["gpu_devices"], node))
+    from healthcheck.findings import without_timeout_drains
+
+    from . import evidence as ev
+
+    report = run_checks(config, node, "prolog", gpus=None, sources=sources, now=now, extra_reads=BASELINE_READS,
+                        probes=probes)
     without_timeout_drains(report.findings, bool(config.section("health")["drain_on_probe_timeout"]))
     facts = report.facts
     nvml_gpus = list(facts.nvml.gpus) if facts.nvml is not None else []
     minors = {g.index: g.minor_number for g in nvml_gpus}
-    devices = device_minors(devices_dir(config.section("prolog")["gpu_devices"], node))
     if gres is None:
         job_gpus, how = [], "no GPUs"
     else:
@@ -176,6 +182,17 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         result["amended_jobs"] = [r["job_id"] for r in amended]
     _deliver_queued(config)
     return result
+
+
+def _while_probing(config, probes) -> None:
+    """What a healthy prolog loads after its checks, loaded while the probes' children run:
+    the tier's check modules, the kernel-log cursor, the outbox's delivery (only what the
+    healthy path uses: tests/test_job_hooks.py holds it)."""
+    probes.load_checks()
+    import healthcheck.kernellog.cursor  # noqa: F401  (the job's kernel-log cursor)
+
+    if config.section("records")["accounting"]:
+        from . import delivery  # noqa: F401
 
 
 def _drain_findings(judged) -> list:

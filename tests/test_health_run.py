@@ -214,3 +214,29 @@ def test_last_result_is_written_as_json(node):
     with open(last_path(node.state_dir, "gpu2")) as handle:
         doc = json.load(handle)
     assert doc["node"] == "gpu2" and doc["decision"] == "none" and doc["findings"] == []
+
+
+def test_probes_started_before_the_run_are_the_ones_it_judges(node):
+    """The health check starts its probes before it loads the decision's code
+    (runner.start_probes); the run collects those very children and judges what they read."""
+    from healthcheck import healthcheck as program
+    from healthcheck.health import run as health_run
+    from healthcheck.runner import start_probes
+
+    assert program.HEALTH_TIER == health_run.TIER
+    node.sim.inject([("gpu.3.ecc.volatile_uncorrected", 2)])
+    sources = sim_sources("gpu2", node.state_dir, PROFILE)
+    probes = start_probes(node.config, "gpu2", health_run.TIER, sources=sources)
+    result = run_health(node.config, "gpu2", node.slurm, sources, probes=probes)
+    assert "gpu.ecc.uncorrectable" in {f.check for f in result.report.findings}
+    assert result.report.facts.nvml.gpus[3].ecc["volatile_uncorrected"] == 2
+
+
+def test_probes_started_for_another_tier_are_refused(node):
+    from healthcheck.runner import run_checks, start_probes
+
+    sources = sim_sources("gpu2", node.state_dir, PROFILE)
+    probes = start_probes(node.config, "gpu2", "prolog", sources=sources)
+    with pytest.raises(ValueError, match="tier"):
+        run_checks(node.config, "gpu2", "health", sources=sources, probes=probes)
+    run_checks(node.config, "gpu2", "prolog", sources=sources, probes=probes)     # collected, not left behind

@@ -82,3 +82,21 @@ def test_a_probe_that_cannot_fork_is_an_error(monkeypatch):
     monkeypatch.setattr(os, "fork", no_fork)
     outcome = call_with_deadline(lambda: 1, 5.0)
     assert outcome.error == "cannot start the probe process: Resource temporarily unavailable"
+
+
+def test_a_child_that_answered_is_reaped_by_the_next_probe():
+    """The caller does not wait for an answered child's exit; the next probe's start reaps it
+    (no zombie is left behind a long-lived caller)."""
+    first = call_with_deadline(os.getpid, 5.0)
+    pid = first.records[0]
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # until it has exited; not reaped by this
+    except ChildProcessError:
+        pass                                                # it was gone before wait() returned
+    assert call_with_deadline(lambda: 1, 5.0).finished
+    try:
+        os.waitpid(pid, os.WNOHANG)
+        reaped = False
+    except ChildProcessError:
+        reaped = True
+    assert reaped, "the answered child must have been reaped"

@@ -19,7 +19,7 @@ from ..actions.decision import Decision
 from ..config import Config
 from ..drain_reason import parse_reason
 from ..findings import unseen, without_timeout_drains
-from ..runner import Report, run_checks
+from ..runner import Probes, Report, run_checks
 from ..slurm.backend import SlurmBackend
 from ..sources import NodeSources
 from . import state as node_state
@@ -117,7 +117,8 @@ POST_DECISION_STEPS: List[PostStep] = [_late_evidence, _retention]
 
 
 def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSources,
-               dry_run: bool = False, now: Optional[float] = None) -> HealthRun:
+               dry_run: bool = False, now: Optional[float] = None, probes: Optional[Probes] = None) -> HealthRun:
+    """One run; ``probes``: the tier's probes, already started (``runner.start_probes``)."""
     from ..actions import gate
 
     started = time.time() if now is None else now
@@ -128,7 +129,7 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     runs_in_boot = previous.runs_in_boot + 1 if previous.boot_id == boot else 1
     in_grace = runs_in_boot <= policy.boot_grace_runs
 
-    report = run_checks(config, node, TIER, sources=sources, now=started, consumer=CONSUMER)
+    report = run_checks(config, node, TIER, sources=sources, now=started, consumer=CONSUMER, probes=probes)
     without_timeout_drains(report.findings, policy.drain_on_probe_timeout)
     counted = tally(causes_of(report.findings, policy), previous.failing, previous.xid_boots, boot, in_grace, policy)
 

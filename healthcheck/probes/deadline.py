@@ -52,6 +52,7 @@ class ChildProbe:
         self._outcome: Optional[Outcome] = None
 
     def start(self) -> "ChildProbe":
+        reap_answered()
         self._started = time.monotonic()
         forked = _fork_with_pipe()
         if isinstance(forked, str):
@@ -98,7 +99,10 @@ class ChildProbe:
                 outcome.error = "the probe process exited without an answer"
             else:
                 outcome.timed_out = True
-        _end_child(self.pid, deadline)
+        if outcome.timed_out:
+            _end_child(self.pid, deadline)
+        else:
+            _reap_later(self.pid, deadline)
         outcome.elapsed_s = time.monotonic() - self._started
         self._outcome = outcome
         return outcome
@@ -280,6 +284,34 @@ def _drain_frames(buffer: bytearray, outcome: Outcome) -> None:
             outcome.error = record[1]
         else:
             outcome.records.append(record)
+
+
+# Children that answered (or closed their pipe) and are on their way out: (pid, deadline).
+_ANSWERED: List[Tuple[int, float]] = []
+
+
+def _reap_later(pid: int, deadline: float) -> None:
+    """A child that answered is leaving (``os._exit`` after its last record): the caller does
+    not wait for its exit (a process's teardown, 1-2 ms here). It is reaped at the next probe's
+    start, or killed then if it is still there past its deadline; it dies with its parent
+    (PDEATHSIG) in any case."""
+    if not _reaped(pid):
+        _ANSWERED.append((pid, deadline))
+
+
+def reap_answered() -> None:
+    """Reap the children that answered; one still there past its deadline is ended as a child
+    that overran is (SIGKILL, a bounded wait, then a reaper thread)."""
+    now = time.monotonic()
+    left = []
+    for pid, deadline in _ANSWERED:
+        if _reaped(pid):
+            continue
+        if now >= deadline:
+            _end_child(pid, now)
+        else:
+            left.append((pid, deadline))
+    _ANSWERED[:] = left
 
 
 def _end_child(pid: int, deadline: float) -> None:

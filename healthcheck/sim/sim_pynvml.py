@@ -157,6 +157,10 @@ def nvmlInit() -> None:
         raise NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
     _profile = profile
     _calls.clear()
+    # The driver's tables, read once here: the probe asks from a thread per GPU, and each
+    # would read and parse them (lru_cache does not hold the others back while one fills it).
+    _driver_exports(profile["node"]["driver_version"], "nvmlInit")
+    _driver_knows_field(profile["node"]["driver_version"], _FI_RECOVERY_ACTION)
 
 
 def nvmlShutdown() -> None:
