@@ -8,15 +8,59 @@ from __future__ import annotations
 
 from .plain import plain
 from types import ModuleType
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from .config import Config
+
+
+class LazyModule:
+    """A module imported at its first use (its first attribute read), from any thread.
+
+    ``NodeSources.nvml`` is one: the hooks' own process never imports pynvml (nor the
+    simulator's look-alike); the NVML probe's child does, when it first calls it. The child
+    starts earlier and smaller, and the binding's import (the floor's whole cost) runs there
+    while the hook loads the rest of its code. An import that fails there is the probe's error
+    (``probe.error``, no drain), as a driver call that fails is."""
+
+    __slots__ = ("_load", "_module", "_lock")
+
+    def __init__(self, load: Callable[[], ModuleType]):
+        import threading
+
+        self._load, self._module, self._lock = load, None, threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        module = self._module
+        if module is None:
+            with self._lock:
+                if self._module is None:
+                    self._module = self._load()
+                module = self._module
+        return getattr(module, name)
+
+    def __repr__(self) -> str:
+        return f"<LazyModule {getattr(self._load, '__name__', self._load)!r}{'' if self._module is None else ' loaded'}>"
+
+
+def _pynvml() -> ModuleType:
+    import pynvml
+
+    return pynvml
+
+
+def _sim_nvml(live_path: str) -> Callable[[], ModuleType]:
+    def sim_pynvml() -> ModuleType:
+        from .sim import sim_pynvml as sim_nvml
+
+        sim_nvml._bind(live_path)
+        return sim_nvml
+    return sim_pynvml
 
 
 @plain
 class NodeSources:
     node: str
-    nvml: ModuleType          # pynvml, or healthcheck.sim.sim_pynvml bound to this node
+    nvml: ModuleType          # pynvml, or healthcheck.sim.sim_pynvml bound to this node (a LazyModule of either)
     sysfs_root: str
     kernel_log: str           # "auto" | "kmsg" | "journal" | a file path
     state_dir: str            # where this node's state lives (cursors, counter history)
@@ -27,13 +71,11 @@ class NodeSources:
 
 
 def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeSources:
-    from .sim import sim_pynvml as sim_nvml
     from .sim.node import SimNode
 
     sim = SimNode(state_dir, node, profile_path)
     sim.prepare()
-    sim_nvml._bind(sim.live_path)
-    return NodeSources(node=node, nvml=sim_nvml, sysfs_root=sim.sysfs_root,
+    return NodeSources(node=node, nvml=LazyModule(_sim_nvml(sim.live_path)), sysfs_root=sim.sysfs_root,
                        kernel_log=sim.kernel_log_path, state_dir=state_dir, simulated=True,
                        boot_id_path=sim.boot_id_path,
                        programs_dir=sim.programs_dir)
@@ -54,11 +96,9 @@ def node_paths(config: Config, node: str):
 def node_sources(config: Config, node: str) -> NodeSources:
     if config.backend == "sim":
         return sim_sources(node, config.state_dir, config.sim_profile_path(node))
-    import pynvml
-
     paths = config.section("paths")
     kernel_log = paths["kernel_log"]
     if kernel_log not in ("auto", "kmsg", "journal"):
         kernel_log = config.resolve(kernel_log)
-    return NodeSources(node=node, nvml=pynvml, sysfs_root=config.resolve(paths["sysfs_root"]),
+    return NodeSources(node=node, nvml=LazyModule(_pynvml), sysfs_root=config.resolve(paths["sysfs_root"]),
                        kernel_log=kernel_log, state_dir=config.state_dir)

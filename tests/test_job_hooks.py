@@ -341,8 +341,10 @@ def test_a_job_of_root_is_not_read(node, oom_job):
 # nothing is to be drained, argparse when slurmd passes no argument; and on every path, nothing
 # that only costs start-up: dataclasses (with inspect: the data classes are @plain),
 # importlib.resources (package data are plain files), the remediation ledger when [remediate] is off.
+# pynvml (and the simulator's look-alike): only the NVML probe's child imports it
+# (healthcheck.sources.LazyModule), while the hook's own process loads the rest of its code.
 _ANY_PATH_NEVER = {"argparse", "click", "jinja2", "dataclasses", "inspect", "importlib.resources",
-                   "healthcheck.remediate.ledger"}
+                   "healthcheck.remediate.ledger", "pynvml", "healthcheck.sim.sim_pynvml"}
 _HEALTHY_PATH_NEVER = {
     "prolog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.kernellog.catalog",
                "healthcheck.kernellog.events", "healthcheck.actions.decision", "healthcheck.records.classify"}
