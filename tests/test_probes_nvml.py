@@ -116,3 +116,20 @@ def test_assemble_marks_gpus_that_never_reported_as_hung():
 def test_all_features_are_known_to_the_probe():
     assert set(NVML_READ_GROUPS) == {"ecc", "remap", "retired_pages", "thermal", "power", "clocks", "pcie",
                                   "nvlink", "nvlink_errors", "fabric", "processes", "recovery"}
+
+
+def test_a_binding_that_cannot_be_imported_is_the_probes_error_not_a_drain():
+    """NodeSources.nvml is imported in the probe's child (sources.LazyModule): when that import
+    fails, the probe says so (probe.error, whose action is none) and nothing drains."""
+    from healthcheck.checks.probe_health import probe_findings
+    from healthcheck.sources import LazyModule
+
+    from .checks_support import default_input
+
+    def broken():
+        raise ImportError("No module named 'pynvml'")
+
+    facts = probe_nvml(LazyModule(broken), 5.0)
+    assert facts.status == "crashed" and "No module named 'pynvml'" in facts.message
+    [finding] = probe_findings(default_input(nvml=facts))
+    assert (finding.check, finding.status, finding.action) == ("probe.error", "error", "none")
