@@ -158,6 +158,14 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
     sources = probes.sources
     check_ids, job_gpus, wanted = probes.check_ids, probes.gpus, probes.wanted
     nvml_child, ib_child = probes.nvml_child, probes.ib_child
+    # The counter history is read while the children work (it does not depend on what they find).
+    extra: List[Finding] = []
+    samplers = [CHECKS[cid].sampler() for cid in check_ids if CHECKS[cid].samples]
+    history_store, history = None, {}
+    if samplers:
+        history_store, history, problem = _load_history(config, sources.state_dir, node)
+        if problem:
+            extra.append(problem)
     dcgm = _run_dcgm(config, tier, job_gpus) if "dcgm" in wanted else None
     nvml = ib = None
     if nvml_child is not None:
@@ -180,14 +188,6 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
         kernel = probe_kernel_log(sources.kernel_log, sources.state_dir, node, tier, config,
                                   gpus=nvml.gpus if nvml is not None and nvml.status == "ok" else (), now=now,
                                   consumer=consumer)
-
-    extra: List[Finding] = []
-    samplers = [CHECKS[cid].sampler() for cid in check_ids if CHECKS[cid].samples]
-    history_store, history = None, {}
-    if samplers:
-        history_store, history, problem = _load_history(config, sources.state_dir, node)
-        if problem:
-            extra.append(problem)
 
     inp = CheckInput(node=node, expected=config.expected_hardware(node), thresholds=config.section("thresholds"),
                      actions=config.section("actions"), nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=history,

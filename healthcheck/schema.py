@@ -6,7 +6,6 @@ first, so an admin fixes a file in one pass.
 """
 from __future__ import annotations
 
-import copy
 import math
 from .plain import plain
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -120,6 +119,8 @@ def merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:
 
     The result shares no mutable value with either input: merging one defaults table into
     eight GPUs must give eight independent GPUs."""
+    import copy             # only for a merge (a load the compiled cache does not answer)
+
     out = copy.deepcopy(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):

@@ -9,7 +9,6 @@ sacctmgr call, more while slurmdbd is slow) stay off the job's critical path.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence
 
@@ -90,6 +89,8 @@ def deliver_in_background(config: Config, rescan: bool = False) -> bool:
     a rescan of the records is due: ``requeue_missing``); False when nothing needed it."""
     if not has_pending(config.state_dir) and not (rescan and rescan_due(config.state_dir)):
         return False
+    import subprocess      # only when something is to be delivered: a healthy hook starts nothing
+
     env = dict(os.environ)
     if config.path:
         env["SLURM_GPU_HOOKS_CONFIG"] = config.path

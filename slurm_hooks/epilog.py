@@ -191,28 +191,34 @@ def _node_list(fields: Mapping[str, str], env: Mapping[str, str]) -> Optional[st
 # -- the node epilog ------------------------------------------------------------------------------
 
 def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
-    from healthcheck.findings import without_timeout_drains
     from healthcheck.records import store
-    from healthcheck.records.classify import application_could_replace, classify
-    from healthcheck.runner import BASELINE_READS, run_checks
+    from healthcheck.runner import BASELINE_READS, run_checks, start_probes
     from healthcheck.sources import node_sources
 
-    from . import evidence as ev
-    from .delivery import backend_for
     from .gpumap import parse_gpu_list
 
     job_id = store.job_id_ok(env.get("SLURM_JOB_ID", ""))
     now = time.time()
-    backend = backend_for(config)
-    view, fields, problem = _slurm_view(backend, job_id, env)
     baseline = store.read_baseline(config.state_dir, job_id, node)
     gres = parse_gpu_list(env.get("SLURM_JOB_GPUS"))
     job_gpus: Optional[List[int]] = baseline.get("gpus") if baseline else gres
+    # The probes' children start first; Slurm's view of the job is asked for while they run.
+    sources = node_sources(config, node)
+    probe_gpus = job_gpus if job_gpus is not None else []
+    probes = start_probes(config, node, "prolog", probe_gpus, sources, BASELINE_READS)
+    probes.load_checks()
+    from healthcheck.findings import without_timeout_drains
+    from healthcheck.records.classify import application_could_replace, classify
+
+    from . import evidence as ev
+    from .delivery import backend_for
+
+    backend = backend_for(config)
+    view, fields, problem = _slurm_view(backend, job_id, env)
     started = (baseline or {}).get("started_at") or _start_time(fields)
 
-    sources = node_sources(config, node)
-    report = run_checks(config, node, "prolog", gpus=job_gpus if job_gpus is not None else [],
-                        sources=sources, now=now, extra_reads=BASELINE_READS)
+    report = run_checks(config, node, "prolog", gpus=probe_gpus, sources=sources, now=now,
+                        extra_reads=BASELINE_READS, probes=probes)
     without_timeout_drains(report.findings, bool(config.section("health")["drain_on_probe_timeout"]))
     for finding in report.findings:
         if finding.status == "error" and finding.action != "drain":

@@ -343,11 +343,14 @@ def test_a_job_of_root_is_not_read(node, oom_job):
 # importlib.resources (package data are plain files), the remediation ledger when [remediate] is off.
 # pynvml (and the simulator's look-alike): only the NVML probe's child imports it
 # (healthcheck.sources.LazyModule), while the hook's own process loads the rest of its code.
+# ctypes: only the probes' children (the fabric structures, PR_SET_PDEATHSIG).
 _ANY_PATH_NEVER = {"argparse", "click", "jinja2", "dataclasses", "inspect", "importlib.resources",
-                   "healthcheck.remediate.ledger", "pynvml", "healthcheck.sim.sim_pynvml"}
+                   "healthcheck.remediate.ledger", "pynvml", "healthcheck.sim.sim_pynvml", "ctypes"}
 _HEALTHY_PATH_NEVER = {
     "prolog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.kernellog.catalog",
-               "healthcheck.kernellog.events", "healthcheck.actions.decision", "healthcheck.records.classify"}
+               "healthcheck.kernellog.events", "healthcheck.actions.decision", "healthcheck.records.classify",
+               # a healthy prolog starts no program (nothing queued to deliver) and removes no tree
+               "subprocess", "shutil"}
     | _ANY_PATH_NEVER,
     "epilog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.kernellog.catalog",
                "healthcheck.kernellog.events", "healthcheck.actions.decision"} | _ANY_PATH_NEVER,

@@ -6,7 +6,6 @@ file is merged over them and the result is validated against ``CONFIG_SCHEMA``
 """
 from __future__ import annotations
 
-import copy
 import functools
 import os
 from typing import Any, Dict, List, Mapping, Optional
@@ -37,6 +36,8 @@ class ConfigError(Exception):
 
 def builtin_defaults() -> Dict[str, Any]:
     """``healthcheck/data/defaults.toml``, parsed (a fresh copy: callers may change it)."""
+    import copy             # only when the defaults are merged again (not from the compiled cache)
+
     return copy.deepcopy(_parsed_defaults())
 
 

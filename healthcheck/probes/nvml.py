@@ -9,7 +9,6 @@ that hangs costs only itself: the others are judged, and it is reported as not a
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import threading
 from types import ModuleType
@@ -314,32 +313,11 @@ def _read_recovery_action(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
         gpu.unsupported.append("recovery_action")
 
 
-class _FabricInfoV1(ctypes.Structure):
-    """nvmlGpuFabricInfo_t as nvml.h lays it out. pynvml's own (c_nvmlGpuFabricInfo_t, up to
-    nvidia-ml-py 12.575 at least) declares clusterUuid 80 bytes long instead of 16, so its
-    state and status fields sit past what the library writes."""
-    _fields_ = [("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint),
-                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint8)]
-
-
-class _FabricInfoV2(ctypes.Structure):
-    """nvmlGpuFabricInfo_v2_t as nvml.h lays it out (nvmlGpuFabricState_t is an unsigned char:
-    pynvml's wider field would also read the padding after it)."""
-    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint),
-                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint8), ("healthMask", ctypes.c_uint32)]
-
-    def __init__(self) -> None:
-        super().__init__(version=ctypes.sizeof(_FabricInfoV2) | (2 << 24))   # nvmlGpuFabricInfo_v2
-
-
-# R550+ has the versioned call, R525..R545 only v1 (which later branches keep). pynvml
-# < 12.550 has no wrapper for the versioned call: then v1 is all it can ask, on any driver.
-_FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", _FabricInfoV2), ("nvmlDeviceGetGpuFabricInfo", _FabricInfoV1))
-
-
 def _read_fabric(nvml, pynvml, handle, gpu: GpuFacts, first_exported) -> None:
+    from .nvml_structs import FABRIC_CALLS
+
     calls = [(function, _fabric_reader(getattr(nvml, function), struct_type, handle))
-             for function, struct_type in _FABRIC_CALLS if getattr(nvml, function, None) is not None]
+             for function, struct_type in FABRIC_CALLS if getattr(nvml, function, None) is not None]
     info = first_exported("fabric", calls) if calls else None
     if info is None:
         if not calls and "fabric" not in gpu.unsupported:
@@ -354,6 +332,8 @@ def _read_fabric(nvml, pynvml, handle, gpu: GpuFacts, first_exported) -> None:
 
 
 def _fabric_reader(call, struct_type, handle) -> Callable[[], Any]:
+    import ctypes
+
     def read() -> Any:
         info = struct_type()
         call(handle, ctypes.byref(info))

@@ -18,7 +18,6 @@ Layout under ``<state_dir>/sim/<node>/``::
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -229,7 +228,7 @@ def render_sysfs(profile: Dict[str, Any], root: str) -> None:
         _link(os.path.join(hca_dir, "device"), device)
     wanted = {port["hca"] for port in profile["ib"]}
     for stale in set(os.listdir(base)) - wanted:
-        shutil.rmtree(os.path.join(base, stale), ignore_errors=True)
+        _rmtree(os.path.join(base, stale), ignore_errors=True)
 
 
 def _pci_device(root: str, address: str, switch: str, numa_node: int) -> str:
@@ -250,7 +249,7 @@ def _link(path: str, target: str) -> None:
         return
     ensure_dir(os.path.dirname(path))
     if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
+        _rmtree(path)
     temp = f"{path}.{os.getpid()}.tmp"
     if os.path.lexists(temp):
         os.unlink(temp)
@@ -281,8 +280,14 @@ def render_driver_proc(profile: Dict[str, Any], proc_root: str) -> None:
                 "GPU Excluded:\t No\n")
         atomic_write(os.path.join(base, path_component(address), "information"), text, mode=0o444)
     for stale in set(os.listdir(base)) - wanted:
-        shutil.rmtree(os.path.join(base, stale), ignore_errors=True)
+        _rmtree(os.path.join(base, stale), ignore_errors=True)
 
 
 def _put(path: str, value: Any) -> None:
     atomic_write(path, f"{value}\n", mode=0o644)
+
+
+def _rmtree(path: str, ignore_errors: bool = False) -> None:
+    import shutil           # only when a rendered tree is redone: a hook's healthy run loads none
+
+    shutil.rmtree(path, ignore_errors=ignore_errors)

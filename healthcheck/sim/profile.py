@@ -1,7 +1,6 @@
 """Simulated node profiles: schema, defaults, loading and dotted-path injection."""
 from __future__ import annotations
 
-import copy
 import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
@@ -221,7 +220,7 @@ def load_profile(path: str, _depth: int = 0) -> Dict[str, Any]:
     if "hardware" in doc:
         base["hardware"] = merge(base.get("hardware", {}), doc["hardware"])
     if "expect" in doc:
-        base["expect"] = copy.deepcopy(doc["expect"])
+        base["expect"] = _deepcopy(doc["expect"])
     try:
         return apply_injection(base, list(doc.get("overrides", {}).items()), path)
     except KeyError as exc:
@@ -239,9 +238,9 @@ def complete(doc: Dict[str, Any], source: str) -> Dict[str, Any]:
     out["ib"] = [merge(base["ib"], p) for p in doc.get("ib", [])]
     out["kernel_log"] = {"lines": list(doc.get("kernel_log", {}).get("lines", []))}
     if "hardware" in doc:
-        out["hardware"] = copy.deepcopy(doc["hardware"])
+        out["hardware"] = _deepcopy(doc["hardware"])
     if "expect" in doc:
-        out["expect"] = copy.deepcopy(doc["expect"])
+        out["expect"] = _deepcopy(doc["expect"])
     return out
 
 
@@ -302,7 +301,7 @@ def set_path(profile: Dict[str, Any], key: str, value: Any) -> None:
 
 def apply_injection(profile: Dict[str, Any], assignments: List[Tuple[str, Any]], source: str) -> Dict[str, Any]:
     """A new, validated profile with the assignments applied; the input is untouched."""
-    updated = copy.deepcopy(profile)
+    updated = _deepcopy(profile)
     for key, value in assignments:
         set_path(updated, key, value)
     problems = validate(updated, PROFILE_SCHEMA)
@@ -324,3 +323,9 @@ def parse_assignment(text: str) -> Tuple[str, Any]:
         else:
             raise ValueError(f"{raw!r} is not a TOML value (quote strings: \"1: DOWN\")") from None
     return key.strip(), value
+
+
+def _deepcopy(value: Any) -> Any:
+    import copy             # only when a profile is built or changed, not when a hook reads the live one
+
+    return copy.deepcopy(value)
