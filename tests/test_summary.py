@@ -666,3 +666,46 @@ def test_csv_escapes_control_characters(tmp_path):
         assert result.exit_code == 0
         assert not any(ch in result.stdout for ch in "\x1b\x00\x07"), args
         assert "a\\x1b[2Jb\\x00c\\x07d" in result.stdout
+
+
+@pytest.mark.parametrize("cap", [16, 64, 4 << 20])
+def test_the_block_reader_gives_the_line_readers_lines_and_skips(tmp_path, cap, monkeypatch):
+    """LineCap.blocks (a saved file's reader) cuts, caps and counts exactly as LineCap.lines:
+    at b"\\n" only (a job name may hold \\x1c or \\u2028), across block edges, within byte ranges."""
+    from slurm_hooks.summary import accounting
+    from slurm_hooks.summary.accounting import LineCap
+    from slurm_hooks.summary.parallel import byte_ranges
+
+    monkeypatch.setattr(accounting, "BLOCK_BYTES", 7)       # every line crosses a block edge
+    text = ("a|b\n" + "x" * 40 + "\n\n" + "n\u2028m\x1cé|z\n" + "y" * 17 + "\n" + "tail|é").encode()
+    path = tmp_path / "s.txt"
+    path.write_bytes(text)
+    for parts in (1, 2, 3):
+        for start, end in byte_ranges(str(path), parts):
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                one = LineCap(cap)
+                expected = list(one.lines(handle, end, start))
+                handle.seek(start)
+                other = LineCap(cap)
+                got = [line for block in other.blocks(handle, end, start) for line in block]
+            assert got == expected and other.skipped == one.skipped, (parts, start, end)
+    with open(path, "rb") as handle:               # an end inside a line: that line is read to its end
+        got = [line for block in LineCap(cap).blocks(handle, 6, 0) for line in block]
+    with open(path, "rb") as handle:
+        assert got == list(LineCap(cap).lines(handle, 6, 0))
+
+
+def test_rows_read_a_block_at_a_time_are_the_rows_read_a_line_at_a_time(tmp_path):
+    from slurm_hooks.summary.accounting import LineCap, row_blocks
+
+    lines = [",".join(SACCT_FIELDS).replace(",", "|") + "\n"] + lab_lines()[:5] + ["garbage\n", "\n"] \
+        + lab_lines()[5:] + ["1|2|3\n"] * 5
+    path = tmp_path / "s.txt"
+    path.write_text("".join(lines))
+    problems_lines, problems_blocks = [], []
+    expected = list(read_rows(lines, problems_lines))
+    with open(path, "rb") as handle:
+        got = [row for block in row_blocks(handle, LineCap(), problems_blocks) for row in block]
+    assert got == expected and problems_blocks == problems_lines
+    assert problems_lines[-1] == "6 lines in all were not rows of the expected format"

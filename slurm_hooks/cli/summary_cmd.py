@@ -171,7 +171,7 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     from healthcheck.safeio import programs
     from healthcheck.slurm import SlurmError
     from slurm_hooks.summary.accounting import (LIVE_DELIMITER, AccountingError, LineCap, LineFeed,
-                                                impossible_problem, read_rows, sacct_arguments)
+                                                impossible_problem, read_rows, row_blocks, sacct_arguments)
     from slurm_hooks.summary.offenders import OffenderRules
     from slurm_hooks.summary.parallel import tally_file, workers_for
     from slurm_hooks.summary.report import build
@@ -196,7 +196,7 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
             tally = tally_file(input_path, filters, workers_for(input_path, workers), problems, cap)
         elif input_path:
             with _open_input(input_path) as handle:
-                tally.add(read_rows(cap.lines(handle), problems))
+                tally.add_chunks(row_blocks(handle, cap, problems))
         else:
             backend = _backend(cfg)
             try:

@@ -13,6 +13,7 @@ AdminComment before JobName: extra pieces are glued back, our entries (JSON, whi
 from __future__ import annotations
 
 import json
+from itertools import islice
 from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence
 
 from healthcheck.records import admin_comment
@@ -33,6 +34,7 @@ LIVE_DELIMITER = "\x1f"                            # what we ask sacct for: no n
 
 DEFAULT_MAX_LINE_BYTES = 4 << 20                   # [summary] max_line_bytes
 _SKIP_PIECE = 1 << 20
+BLOCK_BYTES = 128 << 10          # LineCap.blocks: read and decoded at once (~500 rows: the tally's chunk)
 # Values no job can have: a row holding one is not counted (and is counted as rejected).
 MAX_ELAPSED_S = 10 * 366 * 86400
 MAX_JOB_GPUS = 1_000_000
@@ -63,6 +65,55 @@ class LineCap:
                     position += len(raw)
                 continue
             yield raw.decode("utf-8", "replace")
+
+    def blocks(self, stream: BinaryIO, end: Optional[int] = None, start: int = 0) -> Iterator[List[str]]:
+        """The lines ``lines`` gives (cut at ``\n`` only, the line end kept, one longer than the
+        cap skipped and counted, the one that reaches ``end`` read to its end), a block of about
+        ``BLOCK_BYTES`` at a time: one read and one decode per block instead of per line."""
+        read, cap, position = stream.read, self.cap, start
+        rest, skipping = b"", False
+        while True:
+            finishing = end is not None and position >= end      # only the line that reaches end is left
+            if finishing and not rest and not skipping:
+                return
+            data = read(BLOCK_BYTES if end is None or finishing else min(BLOCK_BYTES, end - position))
+            if not data:
+                if rest and not skipping:
+                    yield [rest.decode("utf-8", "replace")]
+                return
+            position += len(data)
+            if finishing:
+                data = data[:data.find(b"\n") + 1] or data   # no further line than the one begun
+            if skipping:
+                cut = data.find(b"\n")
+                if cut < 0:
+                    continue
+                skipping, data = False, data[cut + 1:]
+                if finishing:
+                    return
+            data = rest + data if rest else data
+            cut = data.rfind(b"\n")
+            rest = data[cut + 1:]
+            if len(rest) > cap:                               # a line past the cap: read through, dropped
+                self.skipped += 1
+                rest, skipping = b"", True
+            if cut < 0:
+                continue
+            body = data[:cut + 1]
+            if len(body) > cap + 1:
+                body = self.without_long(body)
+            lines = body.decode("utf-8", "replace").split("\n")
+            lines.pop()                                       # what follows the last line end: nothing
+            yield [line + "\n" for line in lines]
+            if finishing:
+                return
+
+    def without_long(self, body: bytes) -> bytes:
+        """Whole lines (each ending in ``\\n``) without those longer than the cap (counted)."""
+        pieces = body.split(b"\n")[:-1]
+        kept = [piece for piece in pieces if len(piece) <= self.cap]
+        self.skipped += len(pieces) - len(kept)
+        return b"".join(piece + b"\n" for piece in kept) if len(kept) < len(pieces) else body
 
     def problem(self) -> Optional[str]:
         if not self.skipped:
@@ -142,43 +193,101 @@ def is_header(parts: Sequence[str]) -> bool:
     return len(parts) >= 2 and parts[0] == SACCT_FIELDS[0] and parts[1] == SACCT_FIELDS[1]
 
 
+class RowReader:
+    """``SACCT_FIELDS`` rows from sacct lines, a list of lines at a time (what ``read_rows``
+    does line by line): a header line (sacct without ``-n``) is checked against the contract,
+    lines that are not rows of this format are counted into ``problems`` (at most a few examples
+    are kept; ``finish`` adds the count). The line end stays on the last field (the job name):
+    ``job_name`` strips it."""
+
+    def __init__(self, problems: List[str], delimiter: Optional[str] = None):
+        self.problems, self.delimiter = problems, delimiter
+        self.first, self.bad = True, 0
+
+    def rows(self, lines: List[str]) -> List[List[str]]:
+        begin = 0
+        out: List[List[str]] = []
+        while self.first and begin < len(lines):
+            row = self._first(lines[begin])
+            begin += 1
+            if row is not None:
+                out.append(row)
+        if begin >= len(lines):
+            return out
+        delimiter = self.delimiter
+        if begin:
+            lines = lines[begin:]
+        split = [line.split(delimiter) for line in lines]
+        if len(set(map(len, split))) == 1 and len(split[0]) == FIELD_COUNT:    # every line a row
+            if not out:
+                return split
+            out.extend(split)
+            return out
+        checked = self._checked
+        for line, parts in zip(lines, split):
+            if len(parts) != FIELD_COUNT:
+                parts = checked(line, parts)
+                if parts is None:
+                    continue
+            out.append(parts)
+        return out
+
+    def _first(self, line: str) -> Optional[List[str]]:
+        line = line.rstrip("\r\n")
+        if not line:
+            return None
+        self.first = False
+        if self.delimiter is None:
+            self.delimiter = detect_delimiter(line)
+        parts = line.split(self.delimiter)
+        if parts[0] == SACCT_FIELDS[0] or (parts and parts[0] in ("JobID", "JobIDRaw") and len(parts) > 1):
+            if tuple(parts) != SACCT_FIELDS:
+                raise AccountingError(
+                    f"the sacct header is {','.join(parts[:20])}; expected {SACCT_FORMAT} "
+                    "(run sacct with --format=$(slurm-gpu summary --sacct-format))")
+            return None
+        return self._checked(line, parts)
+
+    def _checked(self, line: str, parts: List[str]) -> Optional[List[str]]:
+        if len(parts) == FIELD_COUNT:
+            return parts
+        if not line.strip():
+            return None
+        repaired = repair(parts, self.delimiter)
+        if repaired is None:
+            self.bad += 1
+            if self.bad <= 3:
+                self.problems.append(f"not a sacct row of the expected format ({FIELD_COUNT} fields): {line[:80]!r}")
+        return repaired
+
+    def finish(self) -> None:
+        if self.bad > 3:
+            self.problems.append(f"{self.bad} lines in all were not rows of the expected format")
+
+
 def read_rows(lines: Iterable[str], problems: List[str], delimiter: Optional[str] = None) -> Iterator[List[str]]:
-    """Rows of ``SACCT_FIELDS`` values, one per sacct line, streamed. A header line (sacct
-    without ``-n``) is checked against the contract; lines that are not rows of this format
-    are counted into ``problems`` (at most a few examples are kept)."""
-    bad = 0
-    first = True
-    for line in lines:
-        # The line end stays on the last field (the job name): ``job_name`` strips it.
-        if first:
-            line = line.rstrip("\r\n")
-            if not line:
-                continue
-            first = False
-            if delimiter is None:
-                delimiter = detect_delimiter(line)
-            parts = line.split(delimiter)
-            if parts[0] == SACCT_FIELDS[0] or (parts and parts[0] in ("JobID", "JobIDRaw") and len(parts) > 1):
-                if tuple(parts) != SACCT_FIELDS:
-                    raise AccountingError(
-                        f"the sacct header is {','.join(parts[:20])}; expected {SACCT_FORMAT} "
-                        "(run sacct with --format=$(slurm-gpu summary --sacct-format))")
-                continue
-        else:
-            parts = line.split(delimiter)
-        if len(parts) != FIELD_COUNT:
-            if not line.strip():
-                continue
-            parts = repair(parts, delimiter)
-            if parts is None:
-                bad += 1
-                if bad <= 3:
-                    problems.append(f"not a sacct row of the expected format ({FIELD_COUNT} fields): "
-                                    f"{line[:80]!r}")
-                continue
-        yield parts
-    if bad > 3:
-        problems.append(f"{bad} lines in all were not rows of the expected format")
+    """Rows of ``SACCT_FIELDS`` values, one per sacct line, streamed (``RowReader``, a few
+    hundred lines at a time)."""
+    reader = RowReader(problems, delimiter)
+    iterator = iter(lines)
+    while True:
+        chunk = list(islice(iterator, 512))
+        if not chunk:
+            break
+        yield from reader.rows(chunk)
+    reader.finish()
+
+
+def row_blocks(stream: BinaryIO, cap: LineCap, problems: List[str], delimiter: Optional[str] = None,
+               start: int = 0, end: Optional[int] = None) -> Iterator[List[List[str]]]:
+    """The rows ``read_rows(cap.lines(stream))`` gives, as lists of a block's rows
+    (``LineCap.blocks``, ``RowReader``): what a saved file is read with."""
+    reader = RowReader(problems, delimiter)
+    for lines in cap.blocks(stream, end, start):
+        rows = reader.rows(lines)
+        if rows:
+            yield rows
+    reader.finish()
 
 
 class LineFeed:
@@ -206,15 +315,9 @@ class LineFeed:
         self.rest = self._capped(data[cut + 1:])
         lines = data[:cut + 1]
         if cut > self.cap.cap:
-            lines = self._without_long(lines)
+            lines = self.cap.without_long(lines)
         # UTF-8 never puts a newline byte inside a character: cutting at one is safe.
         self.consume(lines.decode("utf-8", "replace").splitlines(keepends=True))
-
-    def _without_long(self, lines: bytes) -> bytes:
-        pieces = lines.split(b"\n")[:-1]
-        kept = [piece for piece in pieces if len(piece) <= self.cap.cap]
-        self.cap.skipped += len(pieces) - len(kept)
-        return b"".join(piece + b"\n" for piece in kept) if len(kept) < len(pieces) else lines
 
     def _capped(self, rest: bytes) -> bytes:
         """The head of a line not yet ended, unless it is already past the cap."""

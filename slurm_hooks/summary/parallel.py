@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from typing import Iterator, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
-from .accounting import LineCap, detect_delimiter, read_rows
+from .accounting import LineCap, detect_delimiter, row_blocks
 from .tally import Filters, Tally
 
 MIN_BYTES_PER_WORKER = 32 << 20
@@ -56,10 +56,6 @@ def byte_ranges(path: str, parts: int) -> List[Tuple[int, int]]:
     return [(start, end) for start, end in zip(bounds, bounds[1:]) if end > start]
 
 
-def lines_between(path: str, start: int, end: int, cap: LineCap) -> Iterator[str]:
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        yield from cap.lines(handle, end, start)
 
 
 def _first_line(path: str) -> str:
@@ -72,7 +68,9 @@ def _work(job: Tuple[str, int, int, str, Filters, int]) -> Tuple[Tally, List[str
     problems: List[str] = []
     tally = Tally(filters)
     cap = LineCap(max_line)
-    tally.add(read_rows(lines_between(path, start, end, cap), problems, delimiter))
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        tally.add_chunks(row_blocks(handle, cap, problems, delimiter, start, end))
     return tally.finish(), problems, cap.skipped
 
 

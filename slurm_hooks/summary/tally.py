@@ -149,12 +149,16 @@ class Tally:
 
     # -- the hot path ----------------------------------------------------------------------
     def add(self, rows: Iterable[Sequence[str]]) -> None:
+        self.add_chunks(chunks(rows))
+
+    def add_chunks(self, row_lists: Iterable[List[Sequence[str]]]) -> None:
+        """Each list of rows in turn (``accounting.row_blocks`` gives a block's rows at once)."""
         # A chunk of rows lives long enough for the cycle collector to promote it and then walk
         # it again and again; the pass makes no reference cycles, so the collector rests.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            for chunk in chunks(rows):
+            for chunk in row_lists:
                 self.add_chunk(chunk)
         finally:
             if collecting:
