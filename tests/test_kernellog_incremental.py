@@ -308,6 +308,22 @@ def test_starting_at_the_end_saves_the_cursor_a_read_to_the_end_would(tmp_path, 
     assert after.rescan is None and [event.code for event in after.events] == [79]
 
 
+def test_starting_at_the_end_leaves_no_flood_state_of_an_earlier_reader(tmp_path):
+    """A reader name used before (a job id again) starts with no flood state: the old file is
+    removed (absent reads as empty) instead of an empty one being written and synced."""
+    log = tmp_path / "kern.log"
+    write(log, lines(NOISE, 30))
+    state = str(tmp_path / "state")
+    folder = tmp_path / "state" / "kernellog" / "gpu1.job.7"
+    assert cursor_module.start_file_at_end(str(log), state, "gpu1.job.7") is True
+    assert not (folder / "flood.json").exists()
+    (folder / "flood.json").write_text('{"stale": 1}')
+    os.chmod(folder / "flood.json", 0o640)
+    assert cursor_module.start_file_at_end(str(log), state, "gpu1.job.7") is True
+    assert not (folder / "flood.json").exists()
+    assert cursor_module.StateStore(state, "gpu1.job.7").load_flood() == {}
+
+
 def test_starting_at_the_end_declines_what_it_cannot_place(tmp_path):
     """A compressed file or one without a line end near its end: False, and the caller reads."""
     state = str(tmp_path / "state")

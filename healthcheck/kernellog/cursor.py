@@ -87,6 +87,15 @@ class StateStore:
     def save_flood(self, state: Dict[str, Any]) -> None:
         atomic_write(os.path.join(self.dir, "flood.json"), json.dumps(state, sort_keys=True))
 
+    def clear_flood(self) -> None:
+        """No flood state (what an empty one says, ``load_flood``): a file left from an earlier
+        reader of this name is removed. Durable with the next write in this directory (a
+        cursor's: ``atomic_write`` syncs the directory), so a fresh reader costs one write."""
+        try:
+            os.unlink(os.path.join(self.dir, "flood.json"))
+        except FileNotFoundError:
+            pass
+
 
 def tail_hash(fd: int, offset: int) -> str:
     """A hash of the 64 bytes before ``offset``: the same file still holds what we read."""
@@ -149,7 +158,7 @@ def start_file_at_end(path: str, state_dir: str, node: str) -> bool:
         os.close(fd)
     store = StateStore(state_dir, node)
     with store.lock():
-        store.save_flood({})
+        store.clear_flood()
         store.save_cursor("file", identity, cursor)
     return True
 
