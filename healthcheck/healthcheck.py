@@ -48,8 +48,11 @@ def parse(argv: Optional[Sequence[str]]):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from .hooklib.nogc import short_process
+    from .probes.standby import standby
 
-    with short_process():      # before the imports: a hook is one short process
+    # Before the imports: a hook is one short process, and the NVML probe's child is forked
+    # first (it imports the binding while the hook loads its code: probes/standby.py).
+    with short_process(), standby():
         from .hooklib.skeleton import serve
 
         return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),

@@ -22,12 +22,15 @@ class LazyModule:
     while the hook loads the rest of its code. An import that fails there is the probe's error
     (``probe.error``, no drain), as a driver call that fails is."""
 
-    __slots__ = ("_load", "_module", "_lock")
+    __slots__ = ("_load", "_module", "_lock", "spec")
 
-    def __init__(self, load: Callable[[], ModuleType]):
+    def __init__(self, load: Callable[..., ModuleType], *args: Any):
         import threading
 
-        self._load, self._module, self._lock = load, None, threading.Lock()
+        self._load, self._module, self._lock = (lambda: load(*args)) if args else load, None, threading.Lock()
+        # (module, function, args) that load it: how a probe child forked before this object
+        # existed (probes/standby.py) gets the same module (``load_spec``).
+        self.spec = (load.__module__, load.__name__, args)
 
     def __getattr__(self, name: str) -> Any:
         module = self._module
@@ -39,7 +42,15 @@ class LazyModule:
         return getattr(module, name)
 
     def __repr__(self) -> str:
-        return f"<LazyModule {getattr(self._load, '__name__', self._load)!r}{'' if self._module is None else ' loaded'}>"
+        return f"<LazyModule {self.spec[1]}{self.spec[2] or ''}{'' if self._module is None else ' loaded'}>"
+
+
+def load_spec(spec) -> Any:
+    """What ``LazyModule.spec`` names, loaded (in the process that calls it)."""
+    import importlib
+
+    module, function, args = spec
+    return getattr(importlib.import_module(module), function)(*args)
 
 
 def _pynvml() -> ModuleType:
@@ -48,13 +59,11 @@ def _pynvml() -> ModuleType:
     return pynvml
 
 
-def _sim_nvml(live_path: str) -> Callable[[], ModuleType]:
-    def sim_pynvml() -> ModuleType:
-        from .sim import sim_pynvml as sim_nvml
+def _sim_pynvml(live_path: str) -> ModuleType:
+    from .sim import sim_pynvml as sim_nvml
 
-        sim_nvml._bind(live_path)
-        return sim_nvml
-    return sim_pynvml
+    sim_nvml._bind(live_path)
+    return sim_nvml
 
 
 @plain
@@ -75,7 +84,7 @@ def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeS
 
     sim = SimNode(state_dir, node, profile_path)
     sim.prepare()
-    return NodeSources(node=node, nvml=LazyModule(_sim_nvml(sim.live_path)), sysfs_root=sim.sysfs_root,
+    return NodeSources(node=node, nvml=LazyModule(_sim_pynvml, sim.live_path), sysfs_root=sim.sysfs_root,
                        kernel_log=sim.kernel_log_path, state_dir=state_dir, simulated=True,
                        boot_id_path=sim.boot_id_path,
                        programs_dir=sim.programs_dir)

@@ -29,8 +29,11 @@ EXAMPLE = "SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-pro
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from healthcheck.hooklib.nogc import short_process
+    from healthcheck.probes.standby import standby
 
-    with short_process():      # before the imports: a hook is one short process
+    # Before the imports: a hook is one short process, and the NVML probe's child is forked
+    # first (it imports the binding while the hook loads its code: probes/standby.py).
+    with short_process(), standby():
         from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
 
         return serve("prolog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,

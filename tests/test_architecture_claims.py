@@ -126,7 +126,7 @@ WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
 RAW_WRITERS = {
     "healthcheck.records.store": "an empty marker",
     "healthcheck.records.outbox": "the outbox's lock",
-    "healthcheck.probes.deadline": "/dev/null for a probe's child",
+    "healthcheck.probes.child": "/dev/null for a probe's child",
 }
 
 

@@ -12,20 +12,17 @@ import os
 import pickle
 import select
 import signal
-import struct
 import threading
 import time
 from ..plain import field, plain
+from .child import _DONE, _FAILED, _HEADER, _detach_stdio, _die_with_parent, _serve
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 Emit = Callable[[Any], None]
 
-_HEADER = struct.Struct("!I")
 # After SIGKILL, how long the parent polls for the child's exit before handing it to a
 # reaper thread. A killable child is gone in microseconds; one in D state may never be.
 REAP_WAIT_S = 0.2
-_DONE = "__deadline_done__"
-_FAILED = "__deadline_failed__"
 
 
 @plain
@@ -43,9 +40,13 @@ class ChildProbe:
     Start several, then wait on each: the deadlines run concurrently.
     """
 
-    def __init__(self, target: Callable[[Emit], None], timeout_s: float):
+    def __init__(self, target: Callable[[Emit], None], timeout_s: float,
+                 remote: Optional[Tuple[str, str, tuple]] = None):
         self.target = target
         self.timeout_s = float(timeout_s)
+        # (module, function, args): the same probe as ``target``, by name, for a stand-by child
+        # (``standby.py``) that was forked before ``target`` existed.
+        self.remote = remote
         self.pid: Optional[int] = None
         self._read_fd: Optional[int] = None
         self._started = 0.0
@@ -54,6 +55,8 @@ class ChildProbe:
     def start(self) -> "ChildProbe":
         reap_answered()
         self._started = time.monotonic()
+        if self.remote is not None and self._hand_over():
+            return self
         forked = _fork_with_pipe()
         if isinstance(forked, str):
             self._outcome = Outcome(error=forked)
@@ -64,6 +67,21 @@ class ChildProbe:
         os.close(write_fd)
         self.pid, self._read_fd = pid, read_fd
         return self
+
+    def _hand_over(self) -> bool:
+        """The probe to the stand-by child, when this process has one that takes it."""
+        from . import standby
+
+        ready = standby.take()
+        if ready is None:
+            return False
+        pid, command_fd, result_fd = ready
+        if not standby.send(command_fd, *self.remote):
+            os.close(result_fd)
+            _end_child(pid, time.monotonic())
+            return False
+        self.pid, self._read_fd = pid, result_fd
+        return True
 
     def wait(self) -> Outcome:
         if self.pid is None and self._outcome is None:
@@ -197,75 +215,15 @@ def _fork_with_pipe() -> Union[Tuple[int, int, int], str]:
     return pid, read_fd, write_fd
 
 
-# -- child side ------------------------------------------------------------------------------
-PR_SET_PDEATHSIG = 1          # <linux/prctl.h>
-
-
-def _die_with_parent(parent: int) -> None:  # pragma: no cover - child only
-    """The kernel SIGKILLs this child when its parent dies (slurmd's SIGTERM or SIGKILL of an
-    overrunning hook, a crash), so a probe stuck in the driver never outlives the run. The
-    signal fires when the *thread* that forked exits: fork from the thread that waits."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass                     # not Linux: the parent's deadline still kills the child
-    if os.getppid() != parent:   # the parent died before prctl took effect
-        os._exit(1)
-
-
+# -- child side: probes/child.py ----------------------------------------------------------------
 def _child_main(target: Callable[[Emit], None], read_fd: int, write_fd: int) -> None:  # pragma: no cover
-    status = 0
     try:
         os.close(read_fd)
         _detach_stdio(write_fd)
-        lock = threading.Lock()
+    except BaseException:  # noqa: BLE001
+        os._exit(1)
+    _serve(target, write_fd)
 
-        def emit(record: Any) -> None:
-            payload = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
-            with lock:
-                _write_all(write_fd, _HEADER.pack(len(payload)) + payload)
-
-        try:
-            target(emit)
-            emit(_DONE)
-        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as text
-            status = 1
-            try:
-                emit((_FAILED, f"{type(exc).__name__}: {exc}"))
-            except BaseException:  # noqa: BLE001
-                pass
-    finally:
-        os._exit(status)
-
-
-def _detach_stdio(keep_fd: int) -> None:  # pragma: no cover - child only
-    """A child stuck in the kernel must not hold the caller's stdout open (slurmd, a pipe
-    reader waiting for EOF), nor any other descriptor the parent inherited."""
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        if fd != keep_fd:
-            os.dup2(devnull, fd)
-    if devnull > 2:
-        os.close(devnull)
-    os.closerange(3, keep_fd)
-    os.closerange(keep_fd + 1, _max_fd())
-
-
-def _max_fd() -> int:  # pragma: no cover - child only
-    try:
-        return min(os.sysconf("SC_OPEN_MAX"), 65536)
-    except (ValueError, OSError):
-        return 4096
-
-
-def _write_all(fd: int, data: bytes) -> None:  # pragma: no cover - child only
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 # -- parent side -----------------------------------------------------------------------------
@@ -303,6 +261,10 @@ def reap_answered() -> None:
     """Reap the children that answered; one still there past its deadline is ended as a child
     that overran is (SIGKILL, a bounded wait, then a reaper thread)."""
     now = time.monotonic()
+    from . import standby
+
+    while standby.LEAVING:             # stand-by children told to go (not needed): a second to leave
+        _ANSWERED.append((standby.LEAVING.pop(), now + 1.0))
     left = []
     for pid, deadline in _ANSWERED:
         if _reaped(pid):
