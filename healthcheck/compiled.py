@@ -170,7 +170,9 @@ def package_toml(name: str) -> Dict[str, Any]:
     from .safeio.sha256 import sha256
 
     wanted = sha256("\0".join([_VERSION, name, sys.version, text]).encode("utf-8", "surrogateescape")).hexdigest()
-    entry = os.path.join(directory, "data-" + sha256(name.encode("utf-8")).hexdigest()[:32] + ".json")
+    # Named by the bytes too: two installs with different copies of the file (a node in an
+    # upgrade, worktrees side by side) keep one entry each instead of rewriting one in turn.
+    entry = os.path.join(directory, "data-" + wanted[:32] + ".json")
     found = _read_entry(directory, entry)
     if found and found.get("key") == wanted and isinstance(found.get("data"), dict):
         return found["data"]

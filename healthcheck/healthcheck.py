@@ -10,11 +10,12 @@ never a drain. Bad command-line input is one line and exit 2. Kept lean: no clic
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from types import SimpleNamespace
-from typing import Optional, Sequence
+TYPE_CHECKING = False       # typing.TYPE_CHECKING without importing typing (2 ms) before main
+if TYPE_CHECKING:
+    from typing import Optional, Sequence
 
 PROG = "slurm-gpu-healthcheck"
 HEALTH_TIER = "health"        # health.run.TIER (run_checks refuses probes started for another tier)
@@ -47,16 +48,18 @@ def parse(argv: Optional[Sequence[str]]):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from .hooklib.nogc import short_process
     from .probes.standby import standby
 
-    # Before the imports: a hook is one short process, and the NVML probe's child is forked
-    # first (it imports the binding while the hook loads its code: probes/standby.py).
-    with short_process(), standby():
-        from .hooklib.skeleton import serve
+    # The NVML probe's child is forked first (it imports the binding while the hook loads its
+    # code: probes/standby.py); then, before the imports, a hook is one short process.
+    with standby():
+        from .hooklib.nogc import short_process
 
-        return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
-                     on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+        with short_process():
+            from .hooklib.skeleton import serve
+
+            return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
+                         on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 
 def _start(argv: Optional[Sequence[str]]):
@@ -83,6 +86,8 @@ def _body(run):
     args = run.options
     result = _run(run.config, run.node, args.dry_run)
     if args.json:
+        import json
+
         print(json.dumps(result.to_json(), sort_keys=True))
     elif args.dry_run or sys.stdout.isatty():
         print(_human(result))
@@ -146,6 +151,8 @@ def _run(config, node: str, dry_run: bool):
 
 
 def _human(result) -> str:
+    import json
+
     decision = result.decision
     lines = [f"{result.node}: {decision.kind} [{decision.rule}] {decision.why}"]
     if decision.reason:

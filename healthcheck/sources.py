@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from .plain import plain
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .config import Config
+if TYPE_CHECKING:
+    from .config import Config
 
 
 class LazyModule:

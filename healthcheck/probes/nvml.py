@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..facts import NVLINK_COUNTERS, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_READ_GROUPS, GpuFacts, NvmlFacts
-from .deadline import ChildProbe, Emit
+from .child import Emit
 
 
 def probe_nvml(nvml: ModuleType, timeout_s: float, features: Iterable[str] = tuple(NVML_READ_GROUPS),
@@ -35,6 +35,8 @@ def start_nvml_probe(nvml: ModuleType, timeout_s: float, features: Iterable[str]
     spec = nvml.spec if getattr(type(nvml), "spec", None) is not None else None   # sources.LazyModule
     # A LazyModule is named by its spec: a stand-by child (probes/standby.py) can run this probe.
     remote = (__name__, "gather_from_spec", (spec, wanted, only)) if spec is not None else None
+    from .deadline import ChildProbe
+
     return ChildProbe(lambda emit: _gather(nvml, wanted, only, emit), timeout_s, remote=remote).start()
 
 
@@ -45,7 +47,7 @@ def gather_from_spec(spec, wanted: frozenset, only: Optional[frozenset], emit: E
     _gather(load_spec(spec), wanted, only, emit)
 
 
-def nvml_facts(child: ChildProbe) -> NvmlFacts:
+def nvml_facts(child) -> NvmlFacts:
     outcome = child.wait()
     return assemble(outcome.records, outcome.timed_out, outcome.error, child.timeout_s, outcome.elapsed_s)
 

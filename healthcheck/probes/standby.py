@@ -27,7 +27,7 @@ class standby:
     """``with standby(preload): ...``: a stand-by child that imports the modules ``preload``
     names, for the body's first ``ChildProbe`` with a remote target; gone when the body ends."""
 
-    def __init__(self, preload=("pynvml", "healthcheck.probes.nvml")):
+    def __init__(self, preload=("pynvml", "healthcheck.probes.nvml", "healthcheck.sources")):
         self.preload = tuple(preload)
 
     def __enter__(self) -> "standby":
