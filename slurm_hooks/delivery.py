@@ -35,6 +35,17 @@ class SlurmAccounting:
         found = {job: row_of(rows, job) for job in job_ids}
         return {job: None if row is None else row.get("AdminComment", "") for job, row in found.items()}
 
+    def final_states(self, job_ids: List[str]) -> Dict[str, Optional[Dict[str, str]]]:
+        """Every job's ``sacct -X`` State, ExitCode and Start with one sacct (None: not in accounting yet)."""
+        from healthcheck.records.settle import FIELDS
+        from healthcheck.slurm import SlurmError
+
+        try:
+            rows = self.backend.accounting(list(job_ids), FIELDS)
+        except SlurmError as exc:
+            raise AccountingError(str(exc)) from None
+        return {job: row_of(rows, job) for job in job_ids}
+
     def set_admin_comment(self, job_id: str, text: str) -> None:
         from healthcheck.slurm import SlurmError
 

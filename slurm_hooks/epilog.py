@@ -178,6 +178,8 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
                   started_at=started)
     if problem:
         record["problem"] = problem
+    if not result.slurm.settled:
+        record["slurm_settled"] = False        # the delivery settles it by accounting (records/settle.py)
     if config.section("records")["accounting"]:
         record["entry_wanted"] = True
     store.write_record(config.state_dir, record)
@@ -261,6 +263,8 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
                   started_at=started)
     if problem:
         record["problem"] = problem
+    if not result.slurm.settled:
+        record["slurm_settled"] = False        # the delivery settles it by accounting (records/settle.py)
     if kernel.get("error"):
         record["kernel_error"] = kernel["error"]
         print(f"slurm-gpu-epilog: {node}: job {job_id}: kernel log unreadable, no Xid evidence: {kernel['error']}",

@@ -114,6 +114,13 @@ class SlurmEnding:
     exit: Optional[int] = None
     signal: Optional[int] = None
     why: str = ""                     # which signature decided, for the record
+    # False: Slurm's live view reads the same for this ending and for another (records/settle.py)
+    settled: bool = True
+
+
+def final_state(state: str) -> bool:
+    """Whether sacct's State is a job's final one (RUNNING, PENDING, ... are not)."""
+    return str(state or "").upper().startswith(tuple(prefix for prefix, _ in _FINAL_STATES))
 
 
 def slurm_ending(view: SlurmView) -> SlurmEnding:
@@ -147,7 +154,10 @@ def slurm_ending(view: SlurmView) -> SlurmEnding:
         # scancel: the exit variables stay 0:0 while scontrol already shows 0:15.
         return SlurmEnding("CANCELLED", signal=ctl_signal, why=f"ExitCode {view.exit_code}, exit variables 0:0")
     if state in ("", "COMPLETING", "COMPLETED") or view.final:
-        return SlurmEnding("COMPLETED", exit=0, why=f"state {state or '-'} reason {reason or '-'}")
+        # A job scancel'd before its batch step's end reached slurmctld reads exactly so too
+        # (measured on 22.05: ExitCode 0:0 in the EpilogSlurmctld of a job cancelled 1 s in).
+        return SlurmEnding("COMPLETED", exit=0, why=f"state {state or '-'} reason {reason or '-'}",
+                           settled=view.final)
     return SlurmEnding(UNKNOWN, why=f"state {state}")
 
 

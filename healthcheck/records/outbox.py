@@ -149,11 +149,15 @@ def _entry_path(state_dir: str, job_id: str, node: str, run: Any = 0) -> str:
     return os.path.join(outbox_dir(state_dir), f"{job_id_ok(job_id)}.{name}{suffix}.json")
 
 
-def enqueue(state_dir: str, job_id: str, entry: Dict[str, Any], now: Optional[float] = None) -> str:
-    """Queue ``entry`` (with its ``node``) for ``job_id``; a newer entry for the same node replaces it."""
+def enqueue(state_dir: str, job_id: str, entry: Dict[str, Any], now: Optional[float] = None,
+            settle: bool = False) -> str:
+    """Queue ``entry`` (with its ``node``) for ``job_id``; a newer entry for the same node replaces it.
+    With ``settle``, the delivery settles its record by accounting's final State first (``settle``)."""
     path = _entry_path(state_dir, job_id, str(entry["node"]), entry.get("run", 0))
     fsutil.ensure_dir(os.path.dirname(path))
     item = {"job_id": str(job_id), "entry": entry, "queued_at": time.time() if now is None else now}
+    if settle:
+        item["settle"] = True
     fsutil.atomic_write(path, json.dumps(item) + "\n")        # entry keys keep their order
     return path
 
@@ -279,18 +283,19 @@ def deliver_pending(state_dir: str, accounting: Accounting, settings: DeliverySe
                 break
             batch = dict(list(due.items())[:settings.max_jobs_per_run - len(tried)])
             tried.update(batch)
-            _deliver_batch(accounting, batch, settings, sleep, retry, now, report)
+            _deliver_batch(state_dir, accounting, batch, settings, sleep, retry, now, report)
         _save_retry(state_dir, {name: value for name, value in retry.items() if name in live})
     finally:
         os.close(lock)
     return report
 
 
-def _deliver_batch(accounting: Accounting, batch: Dict[str, List[Dict[str, Any]]], settings: DeliverySettings,
-                   sleep: Callable[[float], None], retry: Dict[str, Any], now: float,
+def _deliver_batch(state_dir: str, accounting: Accounting, batch: Dict[str, List[Dict[str, Any]]],
+                   settings: DeliverySettings, sleep: Callable[[float], None], retry: Dict[str, Any], now: float,
                    report: DeliveryReport) -> None:
-    """One round of ``deliver_pending``: write ``batch``, remove what was delivered, back off the rest."""
+    """One round of ``deliver_pending``: settle, write ``batch``, remove what was delivered, back off the rest."""
     try:
+        _settle_batch(state_dir, accounting, batch, settings, sleep)
         results = write_jobs(accounting, {job: [i["entry"] for i in items] for job, items in batch.items()},
                              settings, sleep)
     except AccountingError as exc:
@@ -312,6 +317,50 @@ def _deliver_batch(accounting: Accounting, batch: Dict[str, List[Dict[str, Any]]
             tries = int(before["tries"]) + 1 if before and before["queued_at"] == item["queued_at"] else 1
             retry[name] = {"queued_at": item["queued_at"], "tries": tries, "next_at": now + _backoff(tries, settings)}
         report.waiting.append(job_id)
+
+
+def _settle_batch(state_dir: str, accounting: Accounting, batch: Dict[str, List[Dict[str, Any]]],
+                  settings: DeliverySettings, sleep: Callable[[float], None]) -> None:
+    """Settle the records of the batch's items that ask for it (``settle``) by accounting's final
+    State, one sacct for the batch, re-read up to ``attempts`` times ``verify_delay_s`` apart while
+    accounting still shows a job running (slurmdbd a moment behind). An item accounting cannot
+    settle then goes out as the epilog wrote it, its record still ``slurm_settled: false``."""
+    final_states = getattr(accounting, "final_states", None)
+    waiting = {job: [i for i in items if i.get("settle")] for job, items in batch.items()}
+    waiting = {job: items for job, items in waiting.items() if items}
+    if final_states is None:
+        return
+    for attempt in range(max(1, settings.attempts)):
+        if not waiting:
+            return
+        if attempt:
+            sleep(settings.verify_delay_s)
+        rows = final_states(list(waiting))
+        for job in list(waiting):
+            waiting[job] = [item for item in waiting[job] if not _settle_item(state_dir, item, rows.get(job))]
+            if not waiting[job]:
+                del waiting[job]
+
+
+def _settle_item(state_dir: str, item: Dict[str, Any], row: Optional[Dict[str, str]]) -> bool:
+    """Settle the record behind one queued item (``settle.settled``) and queue its settled entry in
+    the item's place; True when nothing is left to settle for it."""
+    from . import settle
+
+    record = store.read_record(state_dir, item["job_id"], item["entry"]["node"])
+    if record is None or not settle.wants_settling(record) or store.entry_for(record) != item["entry"]:
+        return True        # no record here, or not the one this entry came from: it goes as it is
+    new = settle.settled(record, row)
+    if new is None:
+        return False
+    store.write_record(state_dir, new)
+    item["entry"] = store.entry_for(new)
+    enqueue(state_dir, item["job_id"], item["entry"], now=item["queued_at"])
+    store.mark_queued(state_dir, item["job_id"], new["node"])
+    if new.get("settled_from"):
+        print(f"slurm-gpu-hooks: job {item['job_id']}: {new['settled_from']} settled as {new['class']} by "
+              f"accounting ({new['slurm_why']})", file=sys.stderr)
+    return True
 
 
 def _due(retry: Dict[str, Any], item: Dict[str, Any], now: float) -> bool:
@@ -365,7 +414,9 @@ def queue_record(state_dir: str, record: Dict[str, Any], now: Optional[float] = 
     """Queue the entry of a record written with ``entry_wanted`` and mark it queued
     (``store.mark_queued``). An OSError (a full disk) leaves the record unmarked: ``requeue_missing``
     queues it once space returns."""
-    path = enqueue(state_dir, record["job_id"], store.entry_for(record), now=now)
+    from .settle import wants_settling
+
+    path = enqueue(state_dir, record["job_id"], store.entry_for(record), now=now, settle=wants_settling(record))
     try:
         store.mark_queued(state_dir, record["job_id"], record["node"])
     except OSError:
