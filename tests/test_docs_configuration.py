@@ -105,6 +105,10 @@ def test_documented_defaults_are_the_built_in_ones():
             shown = tomlio.loads(f"v = {literal.group(1)}")["v"] if literal else None
             if shown != default or type(shown) is not type(default):
                 wrong.append(f"{key}: page says {cell}, built-in is {tomlio.dumps({'v': default})[4:].strip()}")
+        elif isinstance(default, list) and cell.startswith("`["):
+            # an argument list (a command) is shown as itself
+            if tomlio.loads(f"v = {cell.strip('`')}")["v"] != default:
+                wrong.append(f"{key}: page says {cell}, built-in is {default}")
         elif isinstance(default, list):
             counted = re.fullmatch(r"(\d+) checks", cell)
             if not counted or int(counted.group(1)) != len(default):

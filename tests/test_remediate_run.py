@@ -188,3 +188,89 @@ def test_claims_made_at_the_same_moment_agree_on_whose_turn_it_is():
     assert [reboot_turn(nodes, n.name, 2, "gpu-hooks:") for n in nodes] == [True, True, False]
     nodes.append(NodeInfo("gpu9", "DOWN+DRAIN+REBOOT_ISSUED", reason="gpu-hooks: v1 gpu.lost gpu1; y"))
     assert [reboot_turn(nodes, n.name, 2, "gpu-hooks:") for n in nodes[:3]] == [True, False, False]
+
+
+# -- the GPU reset ([remediate] gpu_reset; the simulated node's nvidia-smi does the reset) ----------
+
+def test_a_gpu_lost_once_is_reset_not_rebooted_and_back_in_service(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True)
+    sim = cluster.sims["gpu1"]
+    boot = sim.boot_id()
+    sim.inject([("gpu.3.state", "lost")])
+    drained = cluster.run("gpu1")
+    assert drained.decision.kind == "drain"
+    remedy = drained.remediation
+    assert (remedy.decision.kind, remedy.decision.rule, remedy.applied.done) == ("reset", "remediate-reset-first", True)
+    assert remedy.applied.argv == [os.path.join(sim.programs_dir, "nvidia-smi"), "--gpu-reset", "-i", "3"]
+    assert drained.to_json()["remediation"]["command"] == remedy.applied.argv
+    assert sim.load()["gpu"][3]["state"] == "ok"                 # the reset cleared it on the node
+    back = cluster.run("gpu1")                                   # healthy, and reset since the drain
+    assert back.decision.kind == "resume" and back.remediation is None
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "resume"]     # no reboot asked
+    assert sim.boot_id() == boot
+    [entry] = ledgers.load(cluster.state_dir, "gpu1").entries.values()
+    [episode] = entry.episodes
+    assert (entry.reboots, len(episode.resets), episode.outcome) == ([], 1, "resumed")
+
+
+def test_a_gpu_a_process_holds_is_not_reset_the_node_is_rebooted_in_the_same_run(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True)
+    sim = cluster.sims["gpu1"]
+    sim.inject([("gpu.3.state", "lost"), ("gpu.3.processes", [{"pid": 4242, "used_memory_mib": 1024}])])
+    drained = cluster.run("gpu1")
+    remedy = drained.remediation
+    assert remedy.decision.kind == "reboot" and remedy.applied.done
+    said = [note for note in drained.notes if note.startswith("remediation: GPU reset not done")]
+    assert said and "being used by some other process" in said[0]
+    assert sim.load()["gpu"][3]["state"] == "lost"               # refused: nothing changed
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "reboot"]   # drain, claim, reboot
+    assert ledgers.load(cluster.state_dir, "gpu1").asked.kind == "reboot"
+
+
+def test_a_failed_reset_falls_back_to_a_reboot_and_a_missing_command_too(tmp_path):
+    for command, why in ((["nvidia-smi", "--bogus"], "exit 2"), (["no-such-reset"], "not found")):
+        cluster = Cluster(tmp_path / command[0].strip("-"), names=("gpu1",), gpu_reset=True,
+                          gpu_reset_command=command)
+        cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+        drained = cluster.run("gpu1")
+        assert drained.remediation.decision.kind == "reboot" and drained.remediation.applied.done
+        assert any(note.startswith("remediation: GPU reset not done") and why in note for note in drained.notes)
+
+
+def test_a_reset_that_did_not_clear_the_fault_is_followed_by_a_reboot(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True)
+    sim = cluster.sims["gpu1"]
+    sim.inject([("gpu.3.state", "lost")])
+    assert cluster.run("gpu1").remediation.decision.kind == "reset"
+    sim.inject([("gpu.3.state", "lost")])                       # back at once: the reset was not enough
+    again = cluster.run("gpu1")
+    assert again.decision.kind != "resume"
+    assert again.remediation.decision.kind == "reboot" and again.remediation.applied.done
+    cluster.reboot("gpu1")
+    assert cluster.run("gpu1").decision.kind == "none" and not cluster.slurm.node("gpu1").drained
+
+
+def test_the_gpus_a_run_saw_a_process_on_are_busy_for_the_decision():
+    from healthcheck.health.state import Drained
+    from healthcheck.remediate.plan import RemediatePolicy
+    from healthcheck.drain_reason import parse_reason
+    from healthcheck.slurm.backend import NodeInfo
+
+    record = Drained(cause="gpu.remap.pending gpu2", resume_mode="after_reboot", boot_id="b", at=1.0)
+    reason = "gpu-hooks: v1 gpu.remap.pending gpu2; a row remap is pending"
+    info = NodeInfo(name="gpu1", state="IDLE+DRAIN", reason=reason)
+    ours = parse_reason(reason, "gpu-hooks:")
+    for busy, expected in (((2, 5), True), ((5,), False), ((), False)):
+        situation = gate.situation_of(record, info, ours, ledgers.Ledger(), "s", "b", 2.0, RemediatePolicy(), busy)
+        assert situation.gpu_busy is expected and situation.gpu_scoped
+
+
+def test_the_reset_target_is_the_pci_bus_id_else_the_uuid_else_the_index():
+    from healthcheck.actions.gpu_reset import reset_argv, reset_target
+
+    assert reset_target([{"gpu": 3, "uuid": "GPU-a", "pci_bus_id": "00000000:5D:00.0"}], "gpu3") == "00000000:5D:00.0"
+    assert reset_target([{"gpu": 3, "uuid": "GPU-a", "pci_bus_id": None}, {"gpu": 4, "pci_bus_id": "x"}],
+                        "gpu3") == "GPU-a"
+    assert reset_target([{"gpu": 3, "uuid": None}], "gpu3") == "3"
+    assert reset_target([], "mlx5_0:1") is None and reset_target([], "node") is None
+    assert reset_argv(("nvidia-smi", "--gpu-reset", "-i", "{gpu}"), "3") == ("nvidia-smi", "--gpu-reset", "-i", "3")

@@ -90,3 +90,40 @@ def test_an_injected_recovery_action_is_a_drain_finding_of_check_json_and_an_old
         report = json.loads(done.stdout)
         assert [(f["check"], f["gpu"], f["action"], f["evidence"]["recovery_action"])
                 for f in report["findings"]] == expected, report
+
+
+def test_a_gpu_reset_clears_that_gpu_alone_and_keeps_the_boot(tmp_path):
+    node = SimNode(str(tmp_path), "gpu1", PROFILE)
+    live = node.ensure()
+    before = node.boot_id()
+    node.inject([("gpu.2.state", "lost"), ("gpu.3.state", "lost"), ("gpu.4.remapped_rows.pending", True),
+                 ("gpu.4.ecc.volatile_uncorrected", 1), ("gpu.4.ecc.aggregate_uncorrected", 1)],
+                ["NVRM: Xid (PCI:0000:38:00): 79, pid=1, name=x, GPU has fallen off the bus."])
+    bus_id, uuid = live["gpu"][4]["pci_bus_id"], live["gpu"][4]["uuid"]
+    assert node.gpu_reset("2")[0] == 0
+    assert node.gpu_reset(bus_id.lower().replace("00000000:", "0000:"))[0] == 0    # sysfs' spelling
+    gpus = node.load()["gpu"]
+    assert gpus[2]["state"] == "ok" and gpus[3]["state"] == "lost"               # that GPU alone
+    assert gpus[4]["remapped_rows"]["pending"] is False and gpus[4]["ecc"]["volatile_uncorrected"] == 0
+    assert gpus[4]["ecc"]["aggregate_uncorrected"] == 1
+    assert node.gpu_reset(uuid)[0] == 0 and node.gpu_reset("GPU-nothing")[0] != 0
+    assert node.boot_id() == before
+    with open(node.kernel_log_path) as handle:
+        assert "Xid" in handle.read()                                              # not a reboot
+
+
+def test_a_gpu_reset_is_refused_while_a_process_holds_the_gpu(tmp_path):
+    import subprocess
+
+    node = SimNode(str(tmp_path), "gpu1", PROFILE)
+    node.ensure()
+    node.inject([("gpu.1.state", "lost"), ("gpu.1.processes", [{"pid": 7, "used_memory_mib": 10}])])
+    program = os.path.join(node.programs_dir, "nvidia-smi")
+    refused = subprocess.run([program, "--gpu-reset", "-i", "1"], capture_output=True, text=True)
+    assert refused.returncode != 0 and "being used by some other process" in refused.stderr
+    assert node.load()["gpu"][1]["state"] == "lost"
+    node.inject([("gpu.1.processes", [])])
+    done = subprocess.run([program, "--gpu-reset", "-i", "1"], capture_output=True, text=True)
+    assert done.returncode == 0 and "was successfully reset" in done.stdout
+    assert node.load()["gpu"][1]["state"] == "ok"
+    assert subprocess.run([program, "-q"], capture_output=True).returncode != 0   # only the reset

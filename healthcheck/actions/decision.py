@@ -25,10 +25,13 @@ from ..findings import Finding
 from ..slurm.backend import NodeInfo, drain_argv, resume_argv
 from .cause import drain_causes
 
-KINDS = ("none", "drain", "resume", "reboot", "blocked", "leave-alone")
+KINDS = ("none", "drain", "resume", "reboot", "reset", "blocked", "leave-alone")
 # The kinds that change Slurm (each has its edge in ``gate.EDGES``); reboot: the remediation's
 # ``scontrol reboot ASAP nextstate=RESUME reason=<ours>`` (healthcheck/remediate/plan.py).
 CHANGING_KINDS = ("drain", "resume", "reboot")
+# The kinds that change the node itself, not Slurm (their edges in ``gate.EDGES`` too): reset,
+# the remediation's GPU reset (``command``: healthcheck/actions/gpu_reset.py).
+NODE_KINDS = ("reset",)
 RESUME_MODES = ("auto", "after_reboot", "never")
 
 # Flags of a node Slurm itself is busy with (Slurm 22.05 spelling in ``scontrol show node -o``;
@@ -69,10 +72,17 @@ class Decision:
     reason: Optional[str] = None                 # drain: the reason to set; else the node's current one
     cause: Optional[DrainReason] = None          # drain: the cause; resume: the cause we drained for
     scontrol: Optional[Tuple[str, ...]] = None   # the scontrol arguments drain/resume runs (blocked: would run)
+    command: Optional[Tuple[str, ...]] = None    # reset: the whole argument list it runs (program resolved)
+    timeout_s: Optional[float] = None            # reset: its deadline
 
     @property
     def changes_slurm(self) -> bool:
         return self.kind in CHANGING_KINDS
+
+    @property
+    def acts(self) -> bool:
+        """An edge runs for it: Slurm changed, or the node itself (a GPU reset)."""
+        return self.kind in CHANGING_KINDS or self.kind in NODE_KINDS
 
 
 @plain(frozen=True)

@@ -68,6 +68,10 @@ class Request:
     now: Optional[float] = None
     # remediate: (plan.Situation, plan.Step) as the session read them under the node's lock
     remedy: Optional[Tuple[Any, Any]] = None
+    # remediate, step reset-gpu: the reset's argument list, its program resolved (None: no such
+    # program, or no GPU to name), and its deadline
+    reset_command: Optional[Tuple[str, ...]] = None
+    reset_timeout_s: float = 0.0
 
 
 @plain
@@ -81,7 +85,7 @@ class Applied:
     @property
     def settled(self) -> bool:
         """Nothing is left to do for this decision: applied, or nothing to apply."""
-        return self.error is None and (self.done or not self.decision.changes_slurm)
+        return self.error is None and (self.done or not self.decision.acts)
 
 
 @plain
@@ -116,10 +120,18 @@ def _reboot(backend: SlurmBackend, decision: Decision) -> None:
     backend.reboot(decision.node, decision.reason or "")
 
 
-# Decision kind -> the backend call that changes Slurm. The only calls of the backend's writing
-# node functions in the product (tests/test_gate_only.py holds it).
+def _reset(backend: SlurmBackend, decision: Decision) -> None:
+    from .gpu_reset import run_reset
+
+    run_reset(decision.command or (), decision.timeout_s or 0)
+
+
+# Decision kind -> the backend call that changes Slurm (or, reset, the node's GPU). The only
+# calls of the backend's writing node functions in the product (tests/test_gate_only.py holds it).
 EDGES: Dict[str, Callable[[SlurmBackend, Decision], None]] = {"drain": _drain, "resume": _resume,
-                                                              "reboot": _reboot}
+                                                              "reboot": _reboot, "reset": _reset}
+
+
 
 
 def apply(backend: SlurmBackend, decision: Decision, dry_run: bool = False) -> Applied:
@@ -127,16 +139,22 @@ def apply(backend: SlurmBackend, decision: Decision, dry_run: bool = False) -> A
     failure comes back as ``Applied.error``, never raised: the caller logs it and, because
     nothing was applied, does not commit what it read (the next run decides again)."""
     argv = ["scontrol", *decision.scontrol] if decision.scontrol else None
-    if not decision.changes_slurm:
+    if decision.command:
+        argv = list(decision.command)
+    if not decision.acts:
         return Applied(decision, argv, done=False, dry_run=dry_run)
     if dry_run:
         return Applied(decision, argv, done=False, dry_run=True)
     # Said before the call: a watchdog that fires while scontrol runs cannot know whether Slurm
     # took the change, and the hook's exit must assume it did (healthcheck.hooklib.watchdog).
     note(decision.kind, "applying")
+    failures: Tuple[type, ...] = (SlurmError,)
+    if decision.kind == "reset":
+        from .gpu_reset import ResetError       # only when a reset runs: the hooks' path stays lean
+        failures = (SlurmError, ResetError)
     try:
         EDGES[decision.kind](backend, decision)
-    except SlurmError as exc:
+    except failures as exc:
         note(decision.kind, "failed")
         return Applied(decision, argv, done=False, error=str(exc))
     note(decision.kind, "applied")
@@ -185,7 +203,8 @@ def causes_for(request: Request, policy) -> List[Any]:
 
 def _judge(request: Request, info: Optional[NodeInfo], slurm_error: str, policy, record,
            causes: List[Any]) -> Decision:
-    rebooted = (record.boot_id != request.boot_id) if record is not None else None
+    # A reset of the drain's GPU since the drain counts as its reboot.
+    rebooted = (record.boot_id != request.boot_id or record.reset_at is not None) if record is not None else None
     decision = decide(request.node, info, request.findings, drain_policy(policy, record), slurm_error=slurm_error,
                       rebooted_since_drain=rebooted, causes=[cause.reason for cause in causes],
                       pending=request.pending, unseen=request.unseen)
@@ -240,6 +259,13 @@ def _remediate(request: Request, info: Optional[NodeInfo], slurm_error: str, pol
         text = format_reason(reason_with(ours, {CLAIM_KEY: ""}), policy.drain.reason_prefix,
                              policy.drain.max_reason_len)
         return Decision("reboot", node, rule, step.why, reason=text, cause=ours, scontrol=reboot_argv(node, text))
+    if step.kind == "reset-gpu" and ours is not None:
+        if not request.reset_command:
+            return Decision("none", node, "remediate-reset-refused",
+                            "no GPU reset command to run ([remediate] gpu_reset_command not found)",
+                            reason=info.reason or None, cause=ours)
+        return Decision("reset", node, rule, step.why, reason=info.reason or None, cause=ours,
+                        command=tuple(request.reset_command), timeout_s=request.reset_timeout_s)
     if step.kind == "inspect" and ours is not None:
         text = format_reason(inspect_reason(ours, situation.reboots), policy.drain.reason_prefix,
                              policy.drain.max_reason_len)
@@ -310,10 +336,13 @@ class Session:
         except (OSError, ValueError) as exc:
             outcome.notes.append(f"remediation ledger not saved: {getattr(exc, 'strerror', None) or exc}")
 
-    def remediate(self, boot_id: str, now: Optional[float] = None) -> Optional[Outcome]:
-        """After the health check's judgement: the remediation's step for our drain (a reboot asked
-        of Slurm within the cluster-wide budget, inspection once the reboots are spent, or nothing
-        now); None when ``[remediate]`` is off or nothing of ours is drained."""
+    def remediate(self, boot_id: str, now: Optional[float] = None, programs_dir: Optional[str] = None,
+                  busy_gpus: Sequence[int] = ()) -> Optional[Outcome]:
+        """After the health check's judgement: the remediation's step for our drain (a GPU reset
+        where ``gpu_reset`` allows it, a reboot asked of Slurm within the cluster-wide budget,
+        inspection once the reboots are spent, or nothing now); None when ``[remediate]`` is off or
+        nothing of ours is drained. ``programs_dir``: where a simulated node's programs are (its
+        ``nvidia-smi``); ``busy_gpus``: the GPUs (NVML indexes) the run saw a process on."""
         from ..remediate.plan import RemediatePolicy
 
         rpolicy = RemediatePolicy.from_config(self.config)
@@ -323,12 +352,13 @@ class Session:
         now = time.time() if now is None else now
         try:
             with ledgers.changing(self.state_dir, self.node) as ledger:
-                return self._remediate(rpolicy, ledger, boot_id, now)
+                return self._remediate(rpolicy, ledger, boot_id, now, programs_dir, busy_gpus)
         except (OSError, ValueError) as exc:
             self.notes.append(f"remediation skipped: ledger not usable ({getattr(exc, 'strerror', None) or exc})")
             return None
 
-    def _remediate(self, rpolicy, ledger, boot_id: str, now: float) -> Optional[Outcome]:
+    def _remediate(self, rpolicy, ledger, boot_id: str, now: float, programs_dir: Optional[str] = None,
+                   busy_gpus: Sequence[int] = ()) -> Optional[Outcome]:
         from ..drain_reason import parse_reason
         from ..remediate.plan import Step, next_step, rebooting
         from ..plain import replace as _replace
@@ -341,8 +371,19 @@ class Session:
             return None
         ours = parse_reason(info.reason, self.policy.drain.reason_prefix) if info.reason else None
         signature = _signature(record)
-        situation = situation_of(record, info, ours, ledger, signature, boot_id, now, rpolicy)
+        situation = situation_of(record, info, ours, ledger, signature, boot_id, now, rpolicy, busy_gpus)
         step = next_step(situation, rpolicy)
+        said: List[str] = []
+        if step.kind == "reset-gpu":
+            reset = self._reset_gpu(rpolicy, ledger, record, (situation, step), signature, boot_id, now,
+                                    programs_dir)
+            if reset.applied.done:
+                return reset
+            # Refused or failed: a reboot instead (within the budget), this run.
+            said.append(f"remediation: GPU reset not done ({reset.applied.error or reset.decision.why}); "
+                        "a reboot instead")
+            situation = _replace(situation, resets=situation.resets + 1, asked="")
+            step = next_step(situation, rpolicy)
         if step.kind == "reboot" and rpolicy.max_rebooting_nodes > 0:
             try:
                 situation = _replace(situation, rebooting_elsewhere=len(rebooting(self.backend.nodes(), self.node)))
@@ -352,17 +393,27 @@ class Session:
                                 "another node's turn within [remediate] max_rebooting_nodes")
             except SlurmError as exc:
                 step = Step("none", "slurm-unreachable", f"Slurm could not be asked for the reboot budget ({exc})")
-        if step.kind == "reset-gpu":
-            # No GPU reset is carried out by this version: a refused reset, so the next run reboots.
-            ledger.note_reset(signature, record.cause, boot_id, now)
-            step = Step("none", "reset-refused", "no GPU reset is available to this tool: a reboot next")
         request = Request("remediate", self.node, "healthcheck", boot_id=boot_id, now=now, remedy=(situation, step))
         outcome = self.submit(request)
+        outcome.notes[:0] = said
         if outcome.applied.done and outcome.decision.kind == "reboot":
             ledger.note_reboot(signature, record.cause, boot_id, now)
         elif outcome.applied.done and outcome.decision.kind == "drain":
             ledger.note_inspect(signature, record.cause, now)
         return outcome
+
+    def _reset_gpu(self, rpolicy, ledger, record, remedy, signature: str, boot_id: str, now: float,
+                   programs_dir: Optional[str]) -> Outcome:
+        """The reset of the drain's GPU through the gate (``gpu_reset.py``: the command, ``{gpu}`` its
+        PCI bus id, UUID or index); tried once per boot, counted in the ledger either way."""
+        from .gpu_reset import reset_argv, reset_target, resolved
+
+        subject = record.cause.split(" ")[1] if " " in record.cause else ""
+        target = reset_target(record.evidence or (), subject)
+        command = resolved(reset_argv(rpolicy.gpu_reset_command, target), programs_dir) if target else None
+        ledger.note_reset(signature, record.cause, boot_id, now)
+        return self.submit(Request("remediate", self.node, "healthcheck", boot_id=boot_id, now=now, remedy=remedy,
+                                   reset_command=command, reset_timeout_s=rpolicy.gpu_reset_timeout_s))
 
     def _my_turn(self, info: NodeInfo, ours, rpolicy) -> bool:
         """The reboot budget without a race: claim a turn in our reason (``next:reboot``), wait until
@@ -451,6 +502,9 @@ class Session:
             if outcome.applied.done and decision.kind == "drain" and self.state.drained is not None:
                 # drained for inspection: the same drain, never resumed by itself now
                 self.state.drained = replace(self.state.drained, resume_mode="never", reason=decision.reason or "")
+            elif outcome.applied.done and decision.kind == "reset" and self.state.drained is not None:
+                # the GPU was reset: for this drain as good as a reboot (it resumes once healthy)
+                self.state.drained = replace(self.state.drained, reset_at=now)
             return
         if outcome.applied.done and decision.kind == "drain":
             mode = next((c.resume_mode for c in causes if c.key == decision.cause.cause), None)
@@ -482,7 +536,8 @@ def _signature(record) -> str:
     return signature(record.cause, uuid)
 
 
-def situation_of(record, info: NodeInfo, ours, ledger, signature: str, boot_id: str, now: float, rpolicy):
+def situation_of(record, info: NodeInfo, ours, ledger, signature: str, boot_id: str, now: float, rpolicy,
+                 busy_gpus: Sequence[int] = ()):
     """What the remediation decision looks at (``plan.Situation``), from the drain record, Slurm's
     node, our reason on it and the ledger."""
     from ..remediate.plan import INSPECT_KEY, Situation, within
@@ -495,7 +550,8 @@ def situation_of(record, info: NodeInfo, ours, ledger, signature: str, boot_id: 
         inspecting=ours is not None and INSPECT_KEY in ours.keys, asked=asked,
         reboots=len(within(entry.reboots, now, rpolicy.window_s)) if entry else 0,
         resets=entry.resets.get(boot_id, 0) if entry else 0,
-        gpu_scoped=ours is not None and ours.subject.startswith("gpu"))
+        gpu_scoped=ours is not None and ours.subject.startswith("gpu"),
+        gpu_busy=ours is not None and ours.subject in {f"gpu{index}" for index in busy_gpus})
 
 
 def _forget_inspection(state, info: Optional[NodeInfo], prefix: str) -> None:

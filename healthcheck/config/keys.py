@@ -206,6 +206,10 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "window_s": Field(float, minimum=60, maximum=_MAX_WINDOW_S, doc="seconds, at least 60"),
         "max_rebooting_nodes": Field(int, minimum=0, maximum=1 << 20),
         "gpu_reset": Field(bool),
+        "gpu_reset_command": Field(list, item=Field(str), check=lambda v: None if v and v[0] else "must name a program",
+                                   doc='an argument list (no shell); "{gpu}" is the GPU to reset'),
+        "gpu_reset_timeout_s": Field(float, minimum=1, maximum=HOOK_TIMEOUT_MAX_S,
+                                     doc="seconds, within the health check's own deadline"),
     },
     "retention": {
         "job_records_days": Field(float, minimum=0, maximum=36500, doc="days; 0 keeps them forever"),

@@ -64,12 +64,13 @@ _REMEDY_SAID = ("remediate-reboot-budget", "remediate-reset-refused")
 def _remedy_said(run) -> str:
     """The remediation's step for the log: a reboot asked, an inspection, a budget wait."""
     outcome = getattr(run, "remediation", None)
-    if outcome is None or (not outcome.decision.changes_slurm and outcome.decision.rule not in _REMEDY_SAID):
+    if outcome is None or (not outcome.decision.acts and outcome.decision.rule not in _REMEDY_SAID):
         return ""
     kind = "inspect" if outcome.decision.kind == "drain" else outcome.decision.kind
     text = f"remediation: {kind} [{outcome.decision.rule}] {outcome.decision.why}"
     if outcome.applied.error:
-        text += f" (scontrol failed: {outcome.applied.error})"
+        failed = "the GPU reset" if outcome.decision.kind == "reset" else "scontrol"
+        text += f" ({failed} failed: {outcome.applied.error})"
     return text
 
 

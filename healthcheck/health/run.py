@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from ..plain import field, plain
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..actions.apply import Applied
 from ..actions.decision import Decision
@@ -90,7 +90,9 @@ class HealthRun:
                 "step": self.remediation.decision.kind, "rule": self.remediation.decision.rule,
                 "why": self.remediation.decision.why, "done": self.remediation.applied.done,
                 "scontrol": self.remediation.applied.argv if self.remediation.decision.changes_slurm else None,
-                "error": self.remediation.applied.error},
+                "error": self.remediation.applied.error,
+                # the GPU reset's argument list (step "reset"), as run
+                "command": self.remediation.applied.argv if self.remediation.decision.kind == "reset" else None},
         }
 
 
@@ -140,7 +142,8 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
                            unseen=unseen(report.findings), boot_id=boot, now=started)
     with gate.session(config, backend, node, state_dir=sources.state_dir, policy=policy, dry_run=dry_run) as door:
         outcome = door.submit(request)
-        remedy = None if dry_run else door.remediate(boot, started)
+        remedy = None if dry_run else door.remediate(boot, started, programs_dir=sources.programs_dir,
+                                                     busy_gpus=_busy_gpus(report))
         result = HealthRun(node=node, report=report, decision=outcome.decision, applied=outcome.applied,
                            tally=counted, boot_id=boot, in_grace=in_grace, dry_run=dry_run, started=started,
                            notes=outcome.notes + (remedy.notes if remedy else []), checks=list(config.tier(TIER)),
@@ -158,6 +161,12 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
         result.committed = True
     result.duration_s = time.monotonic() - clock
     return result
+
+
+def _busy_gpus(report) -> Tuple[int, ...]:
+    """The GPUs (NVML indexes) this run saw a process on: no GPU reset for them."""
+    nvml = report.facts.nvml
+    return tuple(gpu.index for gpu in (nvml.gpus if nvml is not None else ()) if gpu.processes)
 
 
 def _drained_by_us(outcome, record: Optional[node_state.Drained], policy: HealthPolicy) -> Optional[str]:

@@ -32,6 +32,7 @@ class Drained:
     reason: str = ""
     evidence: List[Dict[str, Any]] = field(default_factory=list)   # the findings we drained for
     by: str = ""                 # the hook that drained: healthcheck | prolog | epilog ("": before it was kept)
+    reset_at: Optional[float] = None   # when the remediation reset the drain's GPU (as good as a reboot)
 
 
 @plain

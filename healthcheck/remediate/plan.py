@@ -43,13 +43,17 @@ class RemediatePolicy:
     window_s: float = 604800.0
     max_rebooting_nodes: int = 2
     gpu_reset: bool = False
+    gpu_reset_command: Tuple[str, ...] = ("nvidia-smi", "--gpu-reset", "-i", "{gpu}")
+    gpu_reset_timeout_s: float = 20.0
 
     @classmethod
     def from_config(cls, config: Any) -> "RemediatePolicy":
         section: Dict[str, Any] = config.section("remediate")
         return cls(enabled=bool(section["enabled"]), max_reboots=int(section["max_reboots"]),
                    window_s=float(section["window_s"]), max_rebooting_nodes=int(section["max_rebooting_nodes"]),
-                   gpu_reset=bool(section["gpu_reset"]))
+                   gpu_reset=bool(section["gpu_reset"]),
+                   gpu_reset_command=tuple(str(arg) for arg in section["gpu_reset_command"]),
+                   gpu_reset_timeout_s=float(section["gpu_reset_timeout_s"]))
 
 
 @plain(frozen=True)

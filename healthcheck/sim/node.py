@@ -14,6 +14,7 @@ Layout under ``<state_dir>/sim/<node>/``::
     boot_id               the node's boot id (``/proc/sys/kernel/random/boot_id``); ``sim reboot``
                           and ``sim reset`` (a reboot into mended hardware) change it
     bin/ib_write_bw       perftest's stand-in (``[node] perftest = true``; healthcheck/sim/sim_ib_write_bw.py)
+    bin/nvidia-smi        nvidia-smi's stand-in for a GPU reset (healthcheck/sim/sim_nvidia_smi.py)
 """
 from __future__ import annotations
 
@@ -77,19 +78,7 @@ class SimNode:
         with locked(self._lock_path):
             live = self.load()
             for gpu in live["gpu"]:
-                if gpu.get("state") in ("lost", "hang"):
-                    gpu["state"] = "ok"
-                if gpu.get("lost_after_calls", -1) >= 0:
-                    gpu["lost_after_calls"] = -1
-                for key in list(gpu.get("ecc", {})):
-                    if key.startswith("volatile_"):
-                        gpu["ecc"][key] = 0
-                rows = gpu.get("remapped_rows")
-                if isinstance(rows, dict) and rows.get("pending"):
-                    rows["pending"] = False
-                if gpu.get("retired_pages_pending"):
-                    gpu["retired_pages_pending"] = False
-                gpu["recovery_action"] = "none"
+                _cleared(gpu)
                 if gpu.get("lost_every_boot") and gpu.get("state") != "absent":
                     gpu["state"] = "lost"
             if live.get("node", {}).get("nvml") == "hang":
@@ -99,6 +88,27 @@ class SimNode:
             atomic_write(self.kernel_log_path, "")
             self._new_boot()
             return live
+
+    def gpu_reset(self, target: str) -> Tuple[int, str]:
+        """A GPU reset (``nvidia-smi --gpu-reset -i TARGET``) of one GPU, named by index, PCI bus id
+        or UUID: what a reset clears cleared on that GPU alone (as a reboot clears it), the boot
+        and the kernel log unchanged. Refused, changing nothing, when a process holds the GPU or
+        the GPU is absent. (exit status, what nvidia-smi prints)."""
+        self.ensure()
+        with locked(self._lock_path):
+            live = self.load()
+            gpu = find_gpu(live["gpu"], target)
+            if gpu is None or gpu.get("state") == "absent":
+                return 6, f"No devices were found matching {target!r}."
+            bus_id = str(gpu.get("pci_bus_id", ""))
+            if gpu.get("processes"):
+                return 255, (f"GPU {bus_id}: Unable to reset this GPU because it's being used by some other "
+                             "process (e.g. CUDA application, graphics application like X server, monitoring "
+                             "application like other instance of nvidia-smi). Please first kill all processes "
+                             "using this GPU and all compute applications running in the system.")
+            _cleared(gpu)
+            self._write(live)
+            return 0, f"GPU {bus_id} was successfully reset.\nAll done."
 
     def boot_id(self) -> str:
         try:
@@ -163,9 +173,48 @@ class SimNode:
         render_programs(profile, self.programs_dir, self.live_path)
 
 
+def _cleared(gpu: Dict[str, Any]) -> None:
+    """What a reboot or a GPU reset clears on one GPU: a lost or hung GPU answers again, volatile
+    ECC counts restart, a pending row remap and pending page retirements are applied, the
+    driver's recovery action is back to none."""
+    if gpu.get("state") in ("lost", "hang"):
+        gpu["state"] = "ok"
+    if gpu.get("lost_after_calls", -1) >= 0:
+        gpu["lost_after_calls"] = -1
+    for key in list(gpu.get("ecc", {})):
+        if key.startswith("volatile_"):
+            gpu["ecc"][key] = 0
+    rows = gpu.get("remapped_rows")
+    if isinstance(rows, dict) and rows.get("pending"):
+        rows["pending"] = False
+    if gpu.get("retired_pages_pending"):
+        gpu["retired_pages_pending"] = False
+    gpu["recovery_action"] = "none"
+
+
+def find_gpu(gpus: List[Dict[str, Any]], target: str) -> Optional[Dict[str, Any]]:
+    """The GPU ``nvidia-smi -i`` names: an index, a PCI bus id (NVML's 00000000:18:00.0 or
+    sysfs' 0000:18:00.0, any case) or a UUID."""
+    target = target.strip()
+    for index, gpu in enumerate(gpus):
+        bus_id = str(gpu.get("pci_bus_id", ""))
+        if target == str(index) or target == gpu.get("uuid") or (
+                bus_id and ":" in target and sysfs_address(bus_id) == sysfs_address(target)):
+            return gpu
+    return None
+
+
 def render_programs(profile: Dict[str, Any], programs_dir: str, live_path: str) -> None:
-    """The stand-in programs this node has: ``ib_write_bw`` when perftest is installed."""
+    """The stand-in programs this node has: ``nvidia-smi`` (its GPU reset,
+    ``healthcheck/sim/sim_nvidia_smi.py``), and ``ib_write_bw`` when perftest is installed."""
     ensure_dir(programs_dir)
+    sim_dir = os.path.dirname(os.path.abspath(live_path))
+    state_dir, node = os.path.dirname(os.path.dirname(sim_dir)), os.path.basename(sim_dir)
+    atomic_write(os.path.join(programs_dir, "nvidia-smi"),
+                 f"#!{sys.executable}\n"
+                 "import sys\n"
+                 "from healthcheck.sim.sim_nvidia_smi import main\n"
+                 f"sys.exit(main(sys.argv[1:], {state_dir!r}, {node!r}))\n", mode=0o755)
     path = os.path.join(programs_dir, "ib_write_bw")
     if not profile["node"]["perftest"]:
         if os.path.lexists(path):

@@ -133,3 +133,25 @@ def test_a_storm_on_every_node_keeps_the_reboot_budget(lab):
             time.sleep(0.5)
         assert most == 1
         assert all(boot_time(lab, node) != before[node] for node in NODES), "not every node was rebooted"
+
+
+def test_a_gpu_lost_once_is_reset_without_a_reboot_and_back_in_service_by_itself(lab):
+    slurm = backend(lab)
+    with Remediating(lab, gpu_reset="true") as remediating:
+        before = boot_time(lab, "gpu1")
+        assert before
+        result = slurm_gpu("sim", "inject", "gpu1", "gpu.2.state=lost", env=lab.env)
+        assert result.returncode == 0, result.stderr
+        wait_for("gpu1 drained by us", lambda: slurm.node("gpu1").reason.startswith(PREFIX + "gpu.lost gpu2"),
+                 timeout=60)
+        # The reset is the health check's (the simulated node's nvidia-smi), then the next run
+        # finds the GPU back and resumes the node: nobody acts, Slurm reboots nothing.
+        wait_for("gpu1 back in service", lambda: (lambda info: not info.drained and not info.down
+                                                  and not info.has(*REBOOTING))(slurm.node("gpu1")), timeout=120)
+        wait_for("the episode closed", lambda: any(e.outcome == "resumed" for entry in
+                                                   remediating.ledger("gpu1").entries.values()
+                                                   for e in entry.episodes), timeout=60)
+        [entry] = remediating.ledger("gpu1").entries.values()
+        [episode] = entry.episodes
+        assert entry.cause == "gpu.lost gpu2" and entry.reboots == [] and len(episode.resets) == 1
+        assert boot_time(lab, "gpu1") == before
