@@ -73,6 +73,14 @@ class Remediating:
     def ledger(self, node: str):
         return ledgers.load(self.state_dir, node)
 
+    def back_in_service(self, slurm, node: str) -> None:
+        """Wait until Slurm has the node in service again and the ledger closed its episode."""
+        wait_for(f"{node} back in service", lambda: (lambda info: not info.drained and not info.down
+                                                     and not info.has(*REBOOTING))(slurm.node(node)), timeout=120)
+        wait_for("the episode closed", lambda: any(e.outcome == "resumed" for entry in
+                                                   self.ledger(node).entries.values()
+                                                   for e in entry.episodes), timeout=60)
+
 
 def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service_by_itself(lab):
     slurm = backend(lab)
@@ -84,12 +92,8 @@ def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service_by_itself
         wait_for("gpu2 drained by us", lambda: slurm.node("gpu2").reason.startswith(PREFIX + "gpu.lost gpu3"),
                  timeout=60)
         wait_for("gpu2 rebooted (a new BootTime)", lambda: boot_time(lab, "gpu2") not in ("", before), timeout=180)
-        wait_for("gpu2 back in service", lambda: (lambda info: not info.drained and not info.down
-                                                  and not info.has(*REBOOTING))(slurm.node("gpu2")), timeout=120)
         # Nobody acted: the reboot is the health check's, counted in the ledger, the episode closed.
-        wait_for("the episode closed", lambda: any(e.outcome == "resumed" for entry in
-                                                   remediating.ledger("gpu2").entries.values()
-                                                   for e in entry.episodes), timeout=60)
+        remediating.back_in_service(slurm, "gpu2")
         [entry] = remediating.ledger("gpu2").entries.values()
         assert len(entry.reboots) == 1 and entry.cause == "gpu.lost gpu3"
 
@@ -147,11 +151,7 @@ def test_a_gpu_lost_once_is_reset_without_a_reboot_and_back_in_service_by_itself
                  timeout=60)
         # The reset is the health check's (the simulated node's nvidia-smi), then the next run
         # finds the GPU back and resumes the node: nobody acts, Slurm reboots nothing.
-        wait_for("gpu1 back in service", lambda: (lambda info: not info.drained and not info.down
-                                                  and not info.has(*REBOOTING))(slurm.node("gpu1")), timeout=120)
-        wait_for("the episode closed", lambda: any(e.outcome == "resumed" for entry in
-                                                   remediating.ledger("gpu1").entries.values()
-                                                   for e in entry.episodes), timeout=60)
+        remediating.back_in_service(slurm, "gpu1")
         [entry] = remediating.ledger("gpu1").entries.values()
         [episode] = entry.episodes
         assert entry.cause == "gpu.lost gpu2" and entry.reboots == [] and len(episode.resets) == 1
