@@ -75,8 +75,8 @@ def pytest_collection_modifyitems(session, config, items):
     """`lab down` must be the last lab test (it stops what the others use)."""
     # On a release other than the default, the lab tests marked `every_release` run (the
     # scenario table, the records round trip, a health-check drain and resume, the prolog
-    # refusing a bad GPU, lab down); the default release runs them all, and so does any release
-    # with $SLURM_GPU_LAB_ALL_TESTS set.
+    # refusing a bad GPU, the drain gate's acceptance, lab down); the default release runs them
+    # all, and so does any release with $SLURM_GPU_LAB_ALL_TESTS set.
     if lab_release() != default_version() and not os.environ.get(ALL_TESTS_ENV):
         kept, dropped = [], []
         for item in items:

@@ -15,7 +15,8 @@ from .conftest import slurm_gpu
 from .test_lab_healthcheck import backend, runs, wait_for
 from .test_lab_job_classes import inject, mend, prolog_sees_it_first, submit, wait_ended  # noqa: F401
 
-pytestmark = pytest.mark.lab
+# Both pass on 22.05, 24.11 and 26.05 (each run twice green on each, 2026-12-01): every release.
+pytestmark = [pytest.mark.lab, pytest.mark.every_release]
 
 ADMIN = "admin: PSU swap, ticket 4711"
 
