@@ -120,3 +120,14 @@ def test_health_check_timeout_is_left_out_when_the_interval_is_not_above_it():
     assert "# HealthCheckTimeout=60 left out: Slurm wants it below HealthCheckInterval (60)." in short.stdout
     long = run_cli(["slurm-conf", "--bin-dir", STABLE, "--slurm", "26.05", "--interval", "61"])
     assert settings(long.stdout)["HealthCheckTimeout"] == "60"
+
+
+@pytest.mark.parametrize("release, noted", [("22.05", False), ("24.11", False), ("25.11", False), ("26.05", True)])
+def test_the_boot_time_states_are_left_out_with_a_note_on_the_releases_that_have_them(release, noted):
+    """26.05's START_ONLY and REBOOT_ONLY work only alone and stop the periodic check; with ANY every
+    Slurm command is fatal (measured: docs/slurm-versions.md). Never set; 26.05 gets the note."""
+    result = run_cli(["slurm-conf", "--bin-dir", STABLE, "--slurm", release])
+    assert result.exit_code == 0, result.stderr
+    assert settings(result.stdout)["HealthCheckNodeState"] == "ANY"
+    assert not any(value.endswith("_ONLY") for value in settings(result.stdout).values())
+    assert ("# HealthCheckNodeState=START_ONLY / REBOOT_ONLY (26.05+) is not set" in result.stdout) is noted

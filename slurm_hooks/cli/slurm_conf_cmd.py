@@ -27,6 +27,8 @@ def render(bin_dir: str, interval: int = DEFAULT_INTERVAL_S, node_state: str = "
                                            node_state=node_state)
     for line in release_lines(release):
         out += "".join(f"# {part}\n" for part in line["comment"].splitlines())
+        if line.get("note"):
+            continue                    # a comment only: a setting this release has and we leave out
         if line.get("below_interval") and int(line["value"]) >= interval:
             out += (f"# {line['setting']}={line['value']} left out: Slurm wants it below "
                     f"HealthCheckInterval ({interval}).\n")
@@ -98,7 +100,8 @@ def slurm_conf(bin_dir: Optional[str], interval: int, node_state: str, slurm_rel
     EpilogSlurmctld, TaskProlog, HealthCheckProgram (absolute paths of the installed commands),
     HealthCheckInterval and HealthCheckNodeState, each with a comment; and for the Slurm release
     (detected, or --slurm) the settings it added: PrologTimeout and EpilogTimeout (25.05+),
-    HealthCheckTimeout (26.05+).
+    HealthCheckTimeout (26.05+); for 26.05+ a comment on why HealthCheckNodeState's START_ONLY and
+    REBOOT_ONLY are left out.
 
     Example: /opt/slurm-gpu-hooks/current/bin/slurm-gpu slurm-conf >> /etc/slurm/slurm.conf
     """

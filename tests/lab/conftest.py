@@ -94,6 +94,7 @@ def pytest_collection_modifyitems(session, config, items):
     def group(item) -> int:
         for rank, module in enumerate(("test_lab_job_classes", "test_lab_actions", "test_lab_gate", "test_lab_taskprolog",
                                        "test_lab_storm", "test_lab_monitoring", "test_lab_healthcheck", "test_lab_remediate",
+                                       "test_lab_boot_check",
                                        "test_lab_watch",
                                        "test_lab_down"), start=1):
             if module in item.nodeid:
