@@ -25,7 +25,7 @@ def render(bin_dir: str, interval: int = DEFAULT_INTERVAL_S, node_state: str = "
     text = resources.files("slurm_hooks").joinpath("data/slurm.conf.tmpl").read_text("utf-8")
     out = string.Template(text).substitute(bin_dir=bin_dir.rstrip("/") or "/", interval=interval,
                                            node_state=node_state)
-    for line in release_lines(release):
+    for line in release_entries(release):
         out += "".join(f"# {part}\n" for part in line["comment"].splitlines())
         if line.get("note"):
             continue                    # a comment only: a setting this release has and we leave out
@@ -45,14 +45,20 @@ def parse_release(text: str) -> Tuple[int, int]:
     return int(major), int(minor)
 
 
-def release_lines(release: Optional[Tuple[int, int]]) -> List[Dict[str, str]]:
-    """The settings of ``slurm-conf-releases.toml`` that ``release`` has (none when unknown)."""
+def release_entries(release: Optional[Tuple[int, int]]) -> List[Dict[str, str]]:
+    """The entries of ``slurm-conf-releases.toml`` for ``release`` (none when unknown): settings,
+    and notes (``note = true``: a comment only)."""
     if release is None:
         return []
     from healthcheck.safeio.tomlio import loads
 
     table = loads(resources.files("slurm_hooks").joinpath("data/slurm-conf-releases.toml").read_text("utf-8"))
     return [line for line in table.get("line", []) if release >= parse_release(str(line["since"]))]
+
+
+def release_lines(release: Optional[Tuple[int, int]]) -> List[Dict[str, str]]:
+    """The settings of ``slurm-conf-releases.toml`` that ``release`` has (none when unknown)."""
+    return [line for line in release_entries(release) if not line.get("note")]
 
 
 def detected_release() -> Optional[Tuple[int, int]]:
