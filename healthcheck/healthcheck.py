@@ -117,13 +117,14 @@ def _tool_error(run, exc: Exception):
 
 
 def _run(config, node: str, dry_run: bool):
+    from .remediate import health_reads
     from .runner import start_probes
     from .sources import node_sources
 
     sources = node_sources(config, node)
     # The probes' children start first; the decision's code (the Actions layer, the Slurm
     # backend, the outputs) is loaded while they run.
-    probes = start_probes(config, node, HEALTH_TIER, sources=sources)
+    probes = start_probes(config, node, HEALTH_TIER, sources=sources, extra_reads=health_reads(config))
     probes.load_checks()
     from .health.outputs import write_all
     from .health.policy import HealthPolicy

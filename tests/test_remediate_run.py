@@ -274,3 +274,21 @@ def test_the_reset_target_is_the_pci_bus_id_else_the_uuid_else_the_index():
     assert reset_target([{"gpu": 3, "uuid": None}], "gpu3") == "3"
     assert reset_target([], "mlx5_0:1") is None and reset_target([], "node") is None
     assert reset_argv(("nvidia-smi", "--gpu-reset", "-i", "{gpu}"), "3") == ("nvidia-smi", "--gpu-reset", "-i", "3")
+
+
+def test_a_gpu_the_run_sees_a_process_on_is_not_reset_the_node_is_rebooted(tmp_path):
+    """With gpu_reset on, the health check reads the GPUs' processes: a GPU NVML still answers for
+    (a pending row remap) with a process on it is never handed to the reset command."""
+    from healthcheck.remediate import health_reads
+
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True)
+    assert health_reads(cluster.config) == ("nvml:processes",)
+    assert health_reads(make_config(tmp_path / "off", gpu_reset=False)) == ()
+    sim = cluster.sims["gpu1"]
+    sim.inject([("gpu.2.remapped_rows.pending", True), ("gpu.2.processes", [{"pid": 4242, "used_memory_mib": 10}])])
+    drained = cluster.run("gpu1")
+    assert drained.decision.kind == "drain" and drained.decision.cause.cause == "gpu.remap.pending gpu2"
+    assert drained.remediation.decision.kind == "reboot" and drained.remediation.applied.done
+    assert not any("GPU reset" in note for note in drained.notes)
+    [entry] = ledgers.load(cluster.state_dir, "gpu1").entries.values()
+    assert entry.resets == {} and len(entry.reboots) == 1          # no reset tried

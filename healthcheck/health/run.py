@@ -131,7 +131,10 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     runs_in_boot = previous.runs_in_boot + 1 if previous.boot_id == boot else 1
     in_grace = runs_in_boot <= policy.boot_grace_runs
 
-    report = run_checks(config, node, TIER, sources=sources, now=started, consumer=CONSUMER, probes=probes)
+    from ..remediate import health_reads
+
+    report = run_checks(config, node, TIER, sources=sources, now=started, consumer=CONSUMER, probes=probes,
+                        extra_reads=health_reads(config))
     without_timeout_drains(report.findings, policy.drain_on_probe_timeout)
     counted = tally(causes_of(report.findings, policy), previous.failing, previous.xid_boots, boot, in_grace, policy)
 
