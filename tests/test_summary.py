@@ -319,6 +319,29 @@ def test_drained_now_from_sinfo_json_reads_our_reason():
     assert drained[0]["state"] == "IDLE+DRAIN" and drained[0]["set_by"] == "root"
 
 
+RELEASES = os.path.join(os.path.dirname(__file__), "fixtures", "slurm", "releases")
+
+
+@pytest.mark.parametrize("release, name", [
+    ("22.05", "sinfo-json-drained.json"),               # a list of nodes
+    ("24.11", "sinfo-json-drained.json"),               # groups of nodes, once per partition
+    ("26.05", "sinfo-json-drained.json"),
+    ("24.11", "scontrol-json-show-node-drained.json"),  # what the summary asks from 23.02 on
+    ("26.05", "scontrol-json-show-node-drained.json"),
+])
+def test_drained_now_from_each_releases_captured_json(release, name):
+    """The lab's own captures (`slurm-gpu lab capture`): gpu3 drained with a reason of ours."""
+    with open(os.path.join(RELEASES, release, name), encoding="utf-8") as handle:
+        drained = drains.drained_from_sinfo(json.load(handle))
+    assert [(d["node"], d["state"], d["ours"], d["check"]) for d in drained] == [("gpu3", "IDLE+DRAIN", True, "capture")]
+    assert drained[0]["since"].startswith("2026-")
+
+
+def test_a_document_with_neither_nodes_nor_groups_is_refused():
+    with pytest.raises(ValueError, match="no \"nodes\" or \"sinfo\" list"):
+        drains.drained_from_sinfo({"meta": {}})
+
+
 def test_drains_in_the_window_from_sacctmgr_events():
     with open(LAB_EVENTS, encoding="utf-8") as handle:
         events = list(drains.drain_events(handle, "2026-11-30T14:00:00", "2026-11-30T15:00:00"))

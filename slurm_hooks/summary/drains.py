@@ -1,5 +1,6 @@
-"""What Slurm says about drains: the nodes drained now (``sinfo --json``) and the drains that
-happened in the window (``sacctmgr show event``, the node-state history slurmdbd keeps).
+"""What Slurm says about drains: the nodes drained now (``sinfo --json``; from Slurm 23.02 on,
+``scontrol --json show node``, one reason per node) and the drains that happened in the window
+(``sacctmgr show event``, the node-state history slurmdbd keeps).
 
 Parsing is pure (text in, plain data out); ``fetch_*`` run the commands through the Slurm
 backend's binary lookup, environment and timeout. Our own reasons are recognised and read
@@ -50,11 +51,32 @@ def describe_reason(reason: str, prefix: str = DEFAULT_PREFIX) -> Dict[str, Any]
     return described
 
 
+def _nodes_of_groups(groups: List[Any]) -> List[Dict[str, Any]]:
+    """``sinfo --json`` from 23.02 on lists groups of nodes (per partition, state and reason):
+    each node of a group, once, with the group's state and reason under the per-node keys."""
+    nodes: Dict[str, Dict[str, Any]] = {}
+    for group in groups:
+        if not isinstance(group, dict):
+            continue
+        state = (group.get("node") or {}).get("state") if isinstance(group.get("node"), dict) else None
+        reason = group.get("reason") if isinstance(group.get("reason"), dict) else {}
+        names = (group.get("nodes") or {}).get("nodes") if isinstance(group.get("nodes"), dict) else None
+        for name in names if isinstance(names, list) else []:
+            nodes.setdefault(str(name), {"name": str(name), "state": state, "reason": reason.get("description"),
+                                         "reason_set_by_user": reason.get("user"),
+                                         "reason_changed_at": reason.get("time")})
+    return list(nodes.values())
+
+
 def drained_from_sinfo(document: Dict[str, Any], prefix: str = DEFAULT_PREFIX) -> List[Dict[str, Any]]:
-    """Drained (or draining, or failing) nodes from ``sinfo --json``, ours marked."""
+    """Drained (or draining, or failing) nodes, ours marked, from ``sinfo --json`` (22.05: a
+    ``nodes`` list; 23.02 on: ``sinfo``, a list of node groups) or ``scontrol --json show node``
+    (``nodes``)."""
     nodes = document.get("nodes") if isinstance(document, dict) else None
+    if not isinstance(nodes, list) and isinstance(document, dict) and isinstance(document.get("sinfo"), list):
+        nodes = _nodes_of_groups(document["sinfo"])
     if not isinstance(nodes, list):
-        raise ValueError("sinfo --json: no \"nodes\" list")
+        raise ValueError("sinfo --json: no \"nodes\" or \"sinfo\" list")
     drained = []
     for node in nodes:
         if not isinstance(node, dict):
@@ -100,11 +122,14 @@ def drain_events(lines: Iterable[str], since: str = "", until: str = "",
 
 
 def fetch_sinfo(backend) -> Dict[str, Any]:
-    text = backend.run("sinfo", ["--json"])
+    """The nodes as Slurm shows them now: ``scontrol --json show node`` where the release has it
+    (23.02 on: each node with its own reason), else ``sinfo --json`` (22.05)."""
+    name, args = ("scontrol", ["--json", "show", "node"]) if backend.has_json() else ("sinfo", ["--json"])
+    text = backend.run(name, args)
     try:
         return json.loads(text)
     except ValueError:
-        raise ValueError("sinfo --json did not print JSON") from None
+        raise ValueError(f"{name} {' '.join(args)} did not print JSON") from None
 
 
 def fetch_events(backend, since: str, until: str) -> List[str]:
