@@ -28,7 +28,8 @@ REBOOTING = ("REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT")
 
 
 def backend(lab) -> CliBackend:
-    return CliBackend(slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
+    """The lab's release's own clients ($LAB/bin): a 22.05 client cannot talk to a 24.11 slurmctld."""
+    return CliBackend(bin_dir=lab.paths.bin, slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
 
 
 def boot_time(lab, node: str) -> str:
