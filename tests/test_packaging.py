@@ -96,6 +96,16 @@ def test_the_lab_prepares_from_the_installed_package(installed, tmp_path):
     assert bin_dir == str(installed)
 
 
+def test_the_installed_package_says_its_lab_runs_the_hosts_release(installed, tmp_path):
+    """The default release (a root filesystem) installs the hooks from a wheel built from a checkout;
+    an installed package has none, and says in one line what it can run (docs/install.md)."""
+    script = ("from slurm_hooks.lab import LabError, rootfs\n"
+              "try:\n    rootfs.checkout()\nexcept LabError as exc:\n    print(exc)\n")
+    done = _run([str(installed / "python"), "-c", script], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "is not one (no setup.cfg)" in done.stdout and "`lab up --slurm 22.05`" in done.stdout, done.stdout
+
+
 def test_hooks_never_import_jinja2_or_click(tmp_path, sim_config):
     """The prolog runs before every job on every node: its import path stays lean."""
     probe = ("import sys, runpy\n"

@@ -158,7 +158,11 @@ def checkout() -> str:
 
     top = os.path.dirname(os.path.dirname(os.path.abspath(slurm_hooks.__file__)))
     if not os.path.isfile(os.path.join(top, "setup.cfg")):
-        raise LabError(f"a Slurm root filesystem gets the hooks from a checkout; {top} is not one (no setup.cfg)")
+        from .releases import releases
+
+        host = " or ".join(f"--slurm {r.version}" for r in releases().values() if not r.rootfs)
+        raise LabError(f"a Slurm root filesystem gets the hooks from a checkout; {top} is not one (no setup.cfg): "
+                       f"run from a checkout of the repository, or `lab up {host}` (the host's packages)")
     return top
 
 
