@@ -73,9 +73,9 @@ def test_each_het_component_has_its_own_entry(lab, scenario_run):
         [row] = [r for r in rows if r["JobIDRaw"] == part["raw_job_id"]]
         [entry] = ac.parse(row["AdminComment"])
         assert row["JobID"] == part["job_id"] and entry["class"] == "COMPLETED"
-        # its own node on 22.05 (scontrol's NodeList; EpilogSlurmctld's SLURM_JOB_NODELIST is the
-        # leader's); 24.11 named the leader's node here (not yet understood): one of the job's
-        assert entry["nodes"].lower() in {p["nodes"].lower() for p in parts}, (entry, row)
+        # its own node, on every release: scontrol's NodeList of the component (on 22.05
+        # EpilogSlurmctld's SLURM_JOB_NODELIST is the leader's; on 24.11 it is the component's)
+        assert entry["nodes"].lower() == row["NodeList"].lower() == part["nodes"].lower(), (entry, row, part)
         assert view(lab, part["job_id"])["raw_job_id"] == part["raw_job_id"]
 
 
