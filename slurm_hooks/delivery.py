@@ -20,6 +20,7 @@ from healthcheck.records.outbox import (AccountingError, DeliveryReport, Deliver
 class SlurmAccounting:
     def __init__(self, backend):
         self.backend = backend
+        self._targets: Dict[str, str] = {}     # job id -> the id sacctmgr changes that row alone by
 
     def get_admin_comment(self, job_id: str) -> Optional[str]:
         return self.get_admin_comments([job_id])[job_id]
@@ -33,6 +34,9 @@ class SlurmAccounting:
         except SlurmError as exc:
             raise AccountingError(str(exc)) from None
         found = {job: row_of(rows, job) for job in job_ids}
+        for job, row in found.items():
+            if row is not None:
+                self._targets[job] = sacctmgr_job_id(job, row)
         return {job: None if row is None else row.get("AdminComment", "") for job, row in found.items()}
 
     def final_states(self, job_ids: List[str]) -> Dict[str, Optional[Dict[str, str]]]:
@@ -50,7 +54,7 @@ class SlurmAccounting:
         from healthcheck.slurm import SlurmError
 
         try:
-            self.backend.set_admin_comment(job_id, text)
+            self.backend.set_admin_comment(self._targets.get(job_id, job_id), text)
         except SlurmError as exc:
             if "didn't affect anything" in str(exc) or "Nothing modified" in str(exc):
                 return      # the job is not in accounting yet: the read-back says so, it stays queued
@@ -65,6 +69,14 @@ def row_of(rows, job_id: str):
     job_id = str(job_id)
     return next((r for r in rows if r.get("JobID") == job_id), None) or \
         next((r for r in rows if r.get("JobIDRaw") == job_id), None)
+
+
+def sacctmgr_job_id(job_id: str, row: Dict[str, str]) -> str:
+    """The id ``sacctmgr modify job where jobid=...`` changes ``row`` alone by. A heterogeneous
+    job's leader is the exception: its raw id changes every component's row (measured on 22.05,
+    24.11 and 26.05: a component's entry was replaced by the leader's), ``<leader>+0`` only its own."""
+    raw = row.get("JobIDRaw", "")
+    return f"{raw}+0" if raw and row.get("JobID") == f"{raw}+0" else str(job_id)
 
 
 def backend_for(config: Config):

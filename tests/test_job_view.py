@@ -84,6 +84,23 @@ def test_the_delivery_finds_an_array_task_or_het_component_by_its_raw_id():
     assert row_of(ARRAY_ROWS, "524_2")["JobIDRaw"] == "526" and row_of(ARRAY_ROWS, "1234+1")["JobIDRaw"] == "1235"
 
 
+def test_a_het_leaders_entry_is_written_to_the_leaders_row_alone():
+    """`sacctmgr modify job where jobid=<leader>` changes every component's row (measured on 22.05,
+    24.11 and 26.05); `<leader>+0` the leader's only. Components and array tasks: their raw id."""
+    from healthcheck.records import outbox
+    from .fake_backend import FakeBackend
+    from slurm_hooks.delivery import SlurmAccounting
+
+    backend = FakeBackend()
+    backend.accounting_rows = [dict(row) for row in ARRAY_ROWS]
+    accounting = SlurmAccounting(backend)
+    settings = outbox.DeliverySettings(verify_delay_s=0, jitter_s=0, attempts=1)
+    for job in ("1234", "1235", "526", "524"):
+        outbox.write_entries(accounting, job, [{"node": "*", "class": "NODE_FAIL"}], settings, sleep=lambda s: None)
+    written = [call[1] for call in backend.calls if call[0] == "set_admin_comment"]
+    assert written == ["1234+0", "1235", "526", "524"]
+
+
 def test_slurm_gpu_job_shows_an_array_task_by_its_shown_id_and_by_its_raw_id(tmp_path):
     from .fake_backend import FakeBackend
     from slurm_hooks.jobview import gather

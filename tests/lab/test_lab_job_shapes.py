@@ -80,6 +80,34 @@ def test_each_het_component_has_its_own_entry(lab, scenario_run):
 
 
 @pytest.mark.every_release
+def test_an_entry_delivered_to_a_het_leader_lands_on_the_leaders_row_alone(lab):
+    """`sacctmgr modify job where jobid=<leader>` changes every component's row: a component's own
+    entry was replaced by the leader's when the leader's delivery came second (seen on 26.05,
+    measured on every release). The delivery writes the leader's row by `<leader>+0`."""
+    from healthcheck.records import outbox
+    from healthcheck.slurm.cli_backend import CliBackend
+    from slurm_hooks.delivery import SlurmAccounting
+    from slurm_hooks.lab.commands import slurm_env
+
+    leader = submit(lab, "-w", "gpu2", "--gres=gpu:1", ":", "-w", "gpu3", "--gres=gpu:1", "--wrap", "true")
+
+    def both_entries() -> Optional[Dict[str, str]]:
+        rows = {r["JobIDRaw"]: r for r in sacct(lab, leader, "JobID,JobIDRaw,NodeList,AdminComment")}
+        return rows if len(rows) == 2 and all(ac.parse(r["AdminComment"]) for r in rows.values()) else None
+    rows = wait_for(f"het job {leader}'s two entries", both_entries, timeout=90)
+    [component] = [raw for raw in rows if raw != leader]
+    backend = CliBackend(bin_dir=lab.paths.bin, slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=30)
+    entry = {"node": "gpu2", "class": "NODE_FAIL"}
+    written = outbox.write_entries(SlurmAccounting(backend), leader, [entry], outbox.DeliverySettings(jitter_s=0))
+    assert written.delivered, written
+    after = {r["JobIDRaw"]: r for r in sacct(lab, leader, "JobID,JobIDRaw,NodeList,AdminComment")}
+    assert ac.contains(after[leader]["AdminComment"], entry), after
+    assert after[component]["AdminComment"] == rows[component]["AdminComment"], (rows, after)
+    [own] = ac.parse(after[component]["AdminComment"])
+    assert own["nodes"].lower() == after[component]["NodeList"].lower() == "gpu3", after
+
+
+@pytest.mark.every_release
 def test_a_requeued_job_keeps_the_ending_of_each_run(lab, scenario_run):
     from healthcheck.records import store
 
