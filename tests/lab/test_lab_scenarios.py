@@ -130,7 +130,9 @@ def test_nodes_are_healthy_and_idle_afterwards(lab, scenario_run):
     result = lab.run("sinfo", "-h", "-N", "-p", "low", "-o", "%N %T")
     states = dict(line.split() for line in result.stdout.splitlines())
     assert set(states) == {"gpu1", "gpu2", "gpu3"}
-    assert all(state in ("idle", "mixed", "allocated") for state in states.values()), states
+    # `planned`: an idle node the backfill scheduler had planned for a job, until its next pass
+    # (23.11 on; seen on 26.05 for ~30 s after a heterogeneous job): in service
+    assert all(state in ("idle", "planned", "mixed", "allocated") for state in states.values()), states
     from healthcheck.config import Config
     from healthcheck.sim.node import SimNode
 
