@@ -75,9 +75,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.setsid()
     if os.fork():
         os._exit(0)
+    # What slurmd left open for us goes: its listening socket among them (24.11's slurmd passes
+    # it on to the RebootProgram: seen in CI, the slurmd restarted below found its own port still
+    # taken, by this process, and the node never came back).
+    os.closerange(3, _max_fd())
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    if devnull > 2:
+        os.close(devnull)
     try:
         reboot_node(lab, node, say)
         code = 0
@@ -85,6 +91,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         say(f"{node}: RebootProgram failed: {type(exc).__name__}: {exc}")
         code = 1
     os._exit(code)
+
+
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (ValueError, OSError):
+        return 1024
 
 
 if __name__ == "__main__":
