@@ -72,11 +72,18 @@ def row_of(rows, job_id: str):
 
 
 def sacctmgr_job_id(job_id: str, row: Dict[str, str]) -> str:
-    """The id ``sacctmgr modify job where jobid=...`` changes ``row`` alone by. A heterogeneous
-    job's leader is the exception: its raw id changes every component's row (measured on 22.05,
-    24.11 and 26.05: a component's entry was replaced by the leader's), ``<leader>+0`` only its own."""
-    raw = row.get("JobIDRaw", "")
-    return f"{raw}+0" if raw and row.get("JobID") == f"{raw}+0" else str(job_id)
+    """The id ``sacctmgr modify job where jobid=...`` changes ``row`` alone by. The raw id of a
+    heterogeneous job's leader, and of the array task that keeps the array's own id (the last
+    task), changes every component's or task's row (measured on 22.05, 24.11 and 26.05 for het
+    jobs, on 22.05 and 24.11 for arrays: one task's entry replaced every other task's);
+    ``<leader>+0`` and ``<array>_<task>`` change that row only."""
+    raw, shown = row.get("JobIDRaw", ""), row.get("JobID", "")
+    if raw and shown == f"{raw}+0":
+        return shown
+    array, _, task = shown.partition("_")
+    if raw and array == raw and task.isdigit():
+        return shown
+    return str(job_id)
 
 
 def backend_for(config: Config):

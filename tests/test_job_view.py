@@ -86,7 +86,9 @@ def test_the_delivery_finds_an_array_task_or_het_component_by_its_raw_id():
 
 def test_a_het_leaders_entry_is_written_to_the_leaders_row_alone():
     """`sacctmgr modify job where jobid=<leader>` changes every component's row (measured on 22.05,
-    24.11 and 26.05); `<leader>+0` the leader's only. Components and array tasks: their raw id."""
+    24.11 and 26.05); `<leader>+0` the leader's only. So does the raw id of the array task that keeps
+    the array's id (measured on 22.05 and 24.11); `<array>_<task>` that task's only. Other
+    components and array tasks: their raw id."""
     from healthcheck.records import outbox
     from .fake_backend import FakeBackend
     from slurm_hooks.delivery import SlurmAccounting
@@ -98,7 +100,7 @@ def test_a_het_leaders_entry_is_written_to_the_leaders_row_alone():
     for job in ("1234", "1235", "526", "524"):
         outbox.write_entries(accounting, job, [{"node": "*", "class": "NODE_FAIL"}], settings, sleep=lambda s: None)
     written = [call[1] for call in backend.calls if call[0] == "set_admin_comment"]
-    assert written == ["1234+0", "1235", "526", "524"]
+    assert written == ["1234+0", "1235", "526", "524_3"]
 
 
 def test_slurm_gpu_job_shows_an_array_task_by_its_shown_id_and_by_its_raw_id(tmp_path):

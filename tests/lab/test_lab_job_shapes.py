@@ -79,32 +79,48 @@ def test_each_het_component_has_its_own_entry(lab, scenario_run):
         assert view(lab, part["job_id"])["raw_job_id"] == part["raw_job_id"]
 
 
-@pytest.mark.every_release
-def test_an_entry_delivered_to_a_het_leader_lands_on_the_leaders_row_alone(lab):
-    """`sacctmgr modify job where jobid=<leader>` changes every component's row: a component's own
-    entry was replaced by the leader's when the leader's delivery came second (seen on 26.05,
-    measured on every release). The delivery writes the leader's row by `<leader>+0`."""
+def _entry_lands_on_one_row_alone(lab, job: str, rows_wanted: int, target: str, node: str) -> None:
+    """Deliver an entry to ``target`` (a raw id) of ``job`` as the delivery does, once every row of
+    ``job`` has its own entry; every other row keeps what it had."""
     from healthcheck.records import outbox
     from healthcheck.slurm.cli_backend import CliBackend
     from slurm_hooks.delivery import SlurmAccounting
     from slurm_hooks.lab.commands import slurm_env
 
-    leader = submit(lab, "-w", "gpu2", "--gres=gpu:1", ":", "-w", "gpu3", "--gres=gpu:1", "--wrap", "true")
-
-    def both_entries() -> Optional[Dict[str, str]]:
-        rows = {r["JobIDRaw"]: r for r in sacct(lab, leader, "JobID,JobIDRaw,NodeList,AdminComment")}
-        return rows if len(rows) == 2 and all(ac.parse(r["AdminComment"]) for r in rows.values()) else None
-    rows = wait_for(f"het job {leader}'s two entries", both_entries, timeout=90)
-    [component] = [raw for raw in rows if raw != leader]
+    def every_entry() -> Optional[Dict[str, Dict[str, str]]]:
+        rows = {r["JobIDRaw"]: r for r in sacct(lab, job, "JobID,JobIDRaw,NodeList,AdminComment")}
+        return rows if len(rows) == rows_wanted and all(ac.parse(r["AdminComment"]) for r in rows.values()) else None
+    rows = wait_for(f"job {job}'s {rows_wanted} entries", every_entry, timeout=90)
     backend = CliBackend(bin_dir=lab.paths.bin, slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=30)
-    entry = {"node": "gpu2", "class": "NODE_FAIL"}
-    written = outbox.write_entries(SlurmAccounting(backend), leader, [entry], outbox.DeliverySettings(jitter_s=0))
+    entry = {"node": node, "class": "NODE_FAIL"}
+    written = outbox.write_entries(SlurmAccounting(backend), target, [entry], outbox.DeliverySettings(jitter_s=0))
     assert written.delivered, written
-    after = {r["JobIDRaw"]: r for r in sacct(lab, leader, "JobID,JobIDRaw,NodeList,AdminComment")}
-    assert ac.contains(after[leader]["AdminComment"], entry), after
-    assert after[component]["AdminComment"] == rows[component]["AdminComment"], (rows, after)
-    [own] = ac.parse(after[component]["AdminComment"])
-    assert own["nodes"].lower() == after[component]["NodeList"].lower() == "gpu3", after
+    after = {r["JobIDRaw"]: r for r in sacct(lab, job, "JobID,JobIDRaw,NodeList,AdminComment")}
+    assert ac.contains(after[target]["AdminComment"], entry), after
+    for raw, row in rows.items():
+        if raw != target:
+            assert after[raw]["AdminComment"] == row["AdminComment"], (rows, after)
+
+
+@pytest.mark.every_release
+def test_an_entry_delivered_to_a_het_leader_lands_on_the_leaders_row_alone(lab):
+    """`sacctmgr modify job where jobid=<leader>` changes every component's row: a component's own
+    entry was replaced by the leader's when the leader's delivery came second (seen on 26.05,
+    measured on every release). The delivery writes the leader's row by `<leader>+0`."""
+    leader = submit(lab, "-w", "gpu2", "--gres=gpu:1", ":", "-w", "gpu3", "--gres=gpu:1", "--wrap", "true")
+    _entry_lands_on_one_row_alone(lab, leader, 2, leader, "gpu2")
+    [component] = [r for r in sacct(lab, leader, "JobID,JobIDRaw,NodeList,AdminComment") if r["JobIDRaw"] != leader]
+    [own] = ac.parse(component["AdminComment"])
+    assert own["nodes"].lower() == component["NodeList"].lower() == "gpu3", component
+
+
+@pytest.mark.every_release
+def test_an_entry_delivered_to_the_array_task_that_keeps_the_arrays_id_lands_on_its_row_alone(lab):
+    """`sacctmgr modify job where jobid=<array>` (the raw id of the array's last task) changes every
+    task's row (measured on 22.05 and 24.11: one task's entry replaced the others'). The delivery
+    writes that task's row by `<array>_<task>`."""
+    array = submit(lab, "--array=1-3", "-p", "low", "--wrap", "true")
+    _entry_lands_on_one_row_alone(lab, array, 3, array, "gpu1")
 
 
 @pytest.mark.every_release
