@@ -27,28 +27,28 @@ class SlurmAccounting:
 
     def get_admin_comments(self, job_ids: List[str]) -> Dict[str, Optional[str]]:
         """Every job's AdminComment with one sacct (None: not in accounting yet)."""
+        found = self._rows(job_ids, ["JobID", "JobIDRaw", "AdminComment"])
+        return {job: None if row is None else row.get("AdminComment", "") for job, row in found.items()}
+
+    def final_states(self, job_ids: List[str]) -> Dict[str, Optional[Dict[str, str]]]:
+        """Every job's ``sacct -X`` State, ExitCode and Start with one sacct (None: not in accounting yet)."""
+        from healthcheck.records.settle import FIELDS
+
+        return self._rows(job_ids, FIELDS)
+
+    def _rows(self, job_ids: List[str], fields: List[str]) -> Dict[str, Optional[Dict[str, str]]]:
+        """Each job's row of one ``sacct -X`` (``row_of``); the id sacctmgr writes it by is noted."""
         from healthcheck.slurm import SlurmError
 
         try:
-            rows = self.backend.accounting(list(job_ids), ["JobID", "JobIDRaw", "AdminComment"])
+            rows = self.backend.accounting(list(job_ids), fields)
         except SlurmError as exc:
             raise AccountingError(str(exc)) from None
         found = {job: row_of(rows, job) for job in job_ids}
         for job, row in found.items():
             if row is not None:
                 self._targets[job] = sacctmgr_job_id(job, row)
-        return {job: None if row is None else row.get("AdminComment", "") for job, row in found.items()}
-
-    def final_states(self, job_ids: List[str]) -> Dict[str, Optional[Dict[str, str]]]:
-        """Every job's ``sacct -X`` State, ExitCode and Start with one sacct (None: not in accounting yet)."""
-        from healthcheck.records.settle import FIELDS
-        from healthcheck.slurm import SlurmError
-
-        try:
-            rows = self.backend.accounting(list(job_ids), FIELDS)
-        except SlurmError as exc:
-            raise AccountingError(str(exc)) from None
-        return {job: row_of(rows, job) for job in job_ids}
+        return found
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         from healthcheck.slurm import SlurmError

@@ -326,10 +326,10 @@ def _settle_batch(state_dir: str, accounting: Accounting, batch: Dict[str, List[
     accounting still shows a job running (slurmdbd a moment behind). An item accounting cannot
     settle then goes out as the epilog wrote it, its record still ``slurm_settled: false``."""
     final_states = getattr(accounting, "final_states", None)
-    waiting = {job: [i for i in items if i.get("settle")] for job, items in batch.items()}
-    waiting = {job: items for job, items in waiting.items() if items}
     if final_states is None:
         return
+    waiting = {job: [i for i in items if i.get("settle")] for job, items in batch.items()}
+    waiting = {job: items for job, items in waiting.items() if items}
     for attempt in range(max(1, settings.attempts)):
         if not waiting:
             return
