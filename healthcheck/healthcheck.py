@@ -48,6 +48,13 @@ def parse(argv: Optional[Sequence[str]]):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .hooklib.client import served
+
+    # The node's hook server runs it when there is one (slurm-gpu-watch, [watch] serve_hooks: no
+    # interpreter start, no imports); it is not there or does not take it: this process runs it.
+    code = served("healthcheck", argv)
+    if code is not None:
+        return code
     from .probes.standby import standby
 
     # The NVML probe's child is forked first (it imports the binding while the hook loads its

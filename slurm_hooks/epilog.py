@@ -44,6 +44,13 @@ EXAMPLE = ("SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_SCRIPT_CONTEXT=epilog_slu
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from healthcheck.hooklib.client import served
+
+    # The node's hook server runs it when there is one (slurm-gpu-watch, [watch] serve_hooks: no
+    # interpreter start, no imports); it is not there or does not take it: this process runs it.
+    code = served("epilog", argv)
+    if code is not None:
+        return code
     from healthcheck.probes.standby import standby
 
     # The NVML probe's child is forked first (it imports the binding while the hook loads its

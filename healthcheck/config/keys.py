@@ -275,6 +275,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "max_cpu": Field(float, minimum=0.01, maximum=1.0, doc="a share of one core, 0.01 to 1"),
         "program": Field(str, doc="an absolute path; empty: slurm-gpu-healthcheck beside slurm-gpu-watch"),
         "nvml_events": Field(bool),
+        "serve_hooks": Field(bool, doc="the watcher serves the prolog, epilog and health check over hook_socket"),
+        "hook_socket": Field(str, doc="an absolute path of a Unix socket in a directory only root enters"),
     },
     "prolog": {
         "on_tool_error": Field(str, choices=("pass", "fail")),
