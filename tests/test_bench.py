@@ -11,7 +11,7 @@ from .conftest import ROOT
 
 KEYS = ("floor_ms", "prolog_vs_floor", "epilog_vs_floor", "healthcheck_vs_floor", "healthcheck_log_growth",
         "xid_scan_vs_grep", "xid_scan_peak_mb", "summary_1m_vs_floor", "summary_1m_peak_mb", "healthcheck_peak_mb",
-        "xid_to_drain_s")
+        "xid_to_drain_s", "prolog_standalone_vs_floor", "epilog_standalone_vs_floor", "healthcheck_standalone_vs_floor")
 
 
 def test_bench_run_tiny_writes_every_key(tmp_path):
@@ -28,5 +28,8 @@ def test_bench_run_tiny_writes_every_key(tmp_path):
     assert results["mode"] == "tiny" and results["interpreter"] == sys.executable
     assert "hook_failures" not in results, results.get("hook_failures")
     assert "xid_to_drain_failures" not in results, results.get("xid_to_drain_failures")
+    # The hooks as deployed: served by slurm-gpu-watch's hook server, none of them run in process.
+    assert results["hooks_served"] is True
+    assert set(results["hooks_served_fell_back"].values()) == {0}, results["hooks_served_fell_back"]
     for key in KEYS:
         assert key in done.stdout                              # the printed table names every key

@@ -25,7 +25,10 @@ from slurm_hooks import epilog, prolog
 
 from .conftest import ROOT, SIM_PROFILES, run_cli
 
-SERVER = "import sys; from healthcheck.watch.hookserver import main_loop; sys.exit(main_loop(sys.argv[1]{allowed}))"
+# The server as slurm-gpu-watch forks it: the node's NVML binding (here the simulator's) imported.
+SERVER = ("import sys; from healthcheck.config import Config; from healthcheck.sources import node_sources; "
+          "from healthcheck.watch.hookserver import main_loop; "
+          "sys.exit(main_loop(sys.argv[1]{allowed}, binding=node_sources(Config.load(None), 'gpu1').nvml.spec))")
 
 
 @pytest.fixture
@@ -262,8 +265,8 @@ def _alive(pid):
 # -- NVML and fork ----------------------------------------------------------------------------------
 def test_a_server_that_initialised_nvml_serves_nothing(node):
     code = ("import sys; from healthcheck.config import Config; from healthcheck.sources import node_sources; "
-            "node_sources(Config.load(None), 'gpu1').nvml.nvmlInit(); "
-            "from healthcheck.watch.hookserver import main_loop; sys.exit(main_loop(sys.argv[1]))")
+            "nvml = node_sources(Config.load(None), 'gpu1').nvml; nvml.nvmlInit(); "
+            "from healthcheck.watch.hookserver import main_loop; sys.exit(main_loop(sys.argv[1], binding=nvml.spec))")
     done = subprocess.run([sys.executable, "-c", code, node["socket"]], env=dict(os.environ),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1

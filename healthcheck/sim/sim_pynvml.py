@@ -56,6 +56,9 @@ from . import profile as profiles
 
 _bound_path: Optional[str] = None
 _profile: Optional[Dict[str, Any]] = None
+# pynvml's own mark of a process that initialised NVML (its loaded library; never unset): set by
+# the first nvmlInit that succeeds (the hook server checks it before each fork).
+_nvmlLib: Optional[str] = None
 
 _FABRIC_STATES = {
     "not_supported": NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
@@ -144,7 +147,7 @@ def _gpu(handle: _Handle, feature: Optional[str] = None) -> Dict[str, Any]:
 
 # -- system --------------------------------------------------------------------------------
 def nvmlInit() -> None:
-    global _profile
+    global _profile, _nvmlLib
     if _bound_path is None:
         raise NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     profile = profiles.load_live(_bound_path)
@@ -156,6 +159,7 @@ def nvmlInit() -> None:
     if mode == "driver_not_loaded":
         raise NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
     _profile = profile
+    _nvmlLib = _bound_path
     _calls.clear()
     # The driver's tables, read once here: the probe asks from a thread per GPU, and each
     # would read and parse them (lru_cache does not hold the others back while one fills it).

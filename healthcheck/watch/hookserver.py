@@ -34,10 +34,14 @@ PROG = "slurm-gpu-watch"
 # (healthcheck) does not import slurm_hooks, and a tree without it serves the health check only.
 HOOKS = {"prolog": "slurm_hooks.prolog:main", "epilog": "slurm_hooks.epilog:main",
          "healthcheck": "healthcheck.healthcheck:main"}
-# What the hooks load, imported once here (the rest of each package's modules too: warm()).
-WARM = ("pynvml", "healthcheck.sim.sim_pynvml", "healthcheck.probes.nvml", "healthcheck.probes.ib_sysfs",
-        "healthcheck.sources", "healthcheck.runner", "healthcheck.config", "tomllib", "json", "subprocess")
-COLD = ("slurm_hooks.lab", "slurm_hooks.cli", "healthcheck.watch.service")
+# What the hooks load, imported once here (the rest of each package's modules too: warm()); the
+# NVML binding the node's config names (pynvml, or the simulator's look-alike) through
+# ``sources`` (``LazyModule.spec``), imported and never initialised.
+WARM = ("pynvml", "healthcheck.probes.nvml", "healthcheck.probes.ib_sysfs",
+        "healthcheck.sources", "healthcheck.runner", "healthcheck.config", "tomllib", "json", "subprocess",
+        "hostlist", "encodings.ascii")
+COLD = ("slurm_hooks.lab", "slurm_hooks.cli", "healthcheck.watch.service", "healthcheck.sim")
+_BINDINGS: list = []             # the NVML binding modules imported here
 REQUEST_TIMEOUT_S = 5.0          # the child's wait for the request and for "go"
 POLL_S = 0.5
 
@@ -53,12 +57,19 @@ def say(message: str) -> None:
 
 def nvml_touched() -> bool:
     """True when NVML was initialised in this process: the binding's library loaded (pynvml's
-    ``_nvmlLib``, set by ``nvmlInit``) or the simulator's driver started."""
-    real = sys.modules.get("pynvml")
-    if real is not None and getattr(real, "_nvmlLib", None) is not None:
-        return True
-    sim = sys.modules.get("healthcheck.sim.sim_pynvml")
-    return sim is not None and getattr(sim, "_profile", None) is not None
+    ``_nvmlLib``, set by ``nvmlInit`` and never unset; the simulator's look-alike keeps the same)."""
+    bindings = [sys.modules.get("pynvml"), *_BINDINGS]
+    return any(module is not None and getattr(module, "_nvmlLib", None) is not None for module in bindings)
+
+
+def preload_binding(spec) -> None:
+    """Import the node's NVML binding (``LazyModule.spec``), without initialising it."""
+    from ..sources import load_spec
+
+    try:
+        _BINDINGS.append(load_spec(spec))
+    except BaseException:  # noqa: BLE001 - the probe's child says what is wrong with it
+        pass
 
 
 def entry(hook: str):
@@ -349,7 +360,7 @@ def read_request(conn) -> Optional[Tuple[tuple, list]]:
 
 
 # -- starting it -------------------------------------------------------------------------------------
-def start(path: str) -> Optional[int]:
+def start(path: str, binding=None) -> Optional[int]:
     """Fork the hook server (call before any thread or NVML): its pid, or None after one line.
     It dies with the process that started it (PR_SET_PDEATHSIG); its children, each in its own
     process group, finish their runs."""
@@ -372,7 +383,7 @@ def start(path: str) -> Optional[int]:
 
         child._die_with_parent(parent)
         os.setpgid(0, 0)
-        code = main_loop(path)
+        code = main_loop(path, binding=binding)
     except BaseException as exc:  # noqa: BLE001
         say(f"stopped: {type(exc).__name__}: {exc}")
         code = 1
@@ -380,12 +391,15 @@ def start(path: str) -> Optional[int]:
         os._exit(code)
 
 
-def main_loop(path: str, allowed: Optional[Iterable[int]] = None) -> int:
-    """Import everything, listen at ``path``, serve until SIGTERM."""
+def main_loop(path: str, allowed: Optional[Iterable[int]] = None, binding=None) -> int:
+    """Import everything (``binding``: the node's NVML binding, ``LazyModule.spec``), listen at
+    ``path``, serve until SIGTERM."""
     import gc
 
     gc.disable()
     count = warm()
+    if binding is not None:
+        preload_binding(binding)
     gc.freeze()                          # the imported modules: never walked again, nor copied by the children
     gc.enable()                          # the server runs for months; each child turns it off (nogc)
     if nvml_touched():

@@ -380,14 +380,21 @@ def default_program() -> List[str]:
     return [sys.executable, "-I", "-c", "import sys; from healthcheck.healthcheck import main; sys.exit(main())"]
 
 
-def start_hook_server(settings: WatchSettings) -> Optional[int]:
-    """The hook server's pid (``hookserver.py``), or None after one line: the hooks run in process."""
+def start_hook_server(settings: WatchSettings, config: Any, node: str) -> Optional[int]:
+    """The hook server's pid (``hookserver.py``), or None after one line: the hooks run in process.
+    It imports the node's NVML binding (``sources``), never initialised."""
     if not os.path.isabs(settings.hook_socket):
         say(f"[watch] hook_socket must be an absolute path, not {settings.hook_socket!r}; not serving the hooks")
         return None
     from .hookserver import start
 
-    return start(settings.hook_socket)
+    try:
+        from ..sources import node_sources
+
+        binding = node_sources(config, node).nvml.spec
+    except Exception:  # noqa: BLE001 - the hooks' own probes say what is wrong with the node
+        binding = None
+    return start(settings.hook_socket, binding)
 
 
 def stop_hook_server(pid: Optional[int]) -> None:
@@ -465,7 +472,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     settings = WatchSettings.from_config(config)
     # The hook server is forked now: before the NVML event thread (a process that forks hook
     # children must never have initialised NVML) and before any other thread or descriptor.
-    hook_server = start_hook_server(settings) if settings.serve_hooks and not args.once else None
+    hook_server = start_hook_server(settings, config, node) if settings.serve_hooks and not args.once else None
     program = [args.program] if args.program else [settings.program] if settings.program else default_program()
     try:
         from ..sources import node_sources
