@@ -326,3 +326,14 @@ def test_the_client_imports_nothing_the_interpreter_does_not_hold():
                           cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_hook_started_without_stdin_is_served_all_the_same(node, server):
+    """slurmd may start a hook with descriptor 0 closed: /dev/null goes in its place."""
+    code = ("import os, sys; os.close(0); from healthcheck.hooklib.client import served; "
+            "rc = served('prolog', []); sys.exit(99 if rc is None else rc)")
+    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "hook server" not in done.stderr
+    assert journal(node)[-1]["result"] == "ok"

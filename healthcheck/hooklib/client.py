@@ -84,7 +84,7 @@ def _ask(_socket, sock, path: str, hook: str, args):
     request = encode(hook, args)
     if request is None:
         return None
-    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in STDIO)
+    fds = b"".join(_open_or_null(fd).to_bytes(4, sys.byteorder) for fd in STDIO)
     try:
         sent = sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         sock.sendall(request[sent:])
@@ -119,6 +119,15 @@ def _ask(_socket, sock, path: str, hook: str, args):
     if len(reply) == 5 and reply[:1] == b"K":
         return _lost(hook, path, f"the hook's process was killed by signal {int.from_bytes(reply[1:], 'big')}")
     return _lost(hook, path, "the connection closed before the hook's exit status")
+
+
+def _open_or_null(fd: int) -> int:
+    """``fd``, or /dev/null in its place when it is closed (slurmd may start a hook without stdin)."""
+    try:
+        os.fstat(fd)
+        return fd
+    except OSError:
+        return os.open(os.devnull, os.O_RDWR)
 
 
 def _lost(hook: str, path: str, why: str) -> int:
