@@ -518,6 +518,31 @@ def test_several_workers_give_the_report_of_one_pass(tmp_path):
     assert many == one
 
 
+def test_the_command_prints_the_same_json_with_one_worker_and_with_several(tmp_path, monkeypatch):
+    """``summary --input --json`` byte for byte the same whether one process reads the file or
+    several do (each their own byte range), on a generated month: hostile names, both entry
+    forms, lemons, requeues, lines with the delimiter in the job name, one without its end."""
+    from slurm_hooks.summary import parallel
+
+    path = tmp_path / "s.txt"
+    generator().write_jobs(str(path), 4000, seed=7)
+    with open(path, "rb+") as handle:          # the last line without its line end
+        handle.seek(-1, os.SEEK_END)
+        handle.truncate()
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 1)   # a small file read by several
+    calls = []
+    monkeypatch.setattr(parallel, "byte_ranges", lambda p, n, real=parallel.byte_ranges: calls.append(n) or real(p, n))
+    outputs = {}
+    for workers in ("1", "2", "3"):
+        result = run("--input", str(path), "--json", "--workers", workers)
+        assert result.exit_code == 0, result.stderr
+        outputs[workers] = result.stdout
+    assert calls == [2, 3]                    # one process, then two and three
+    report = json.loads(outputs["1"])
+    assert report["jobs"] > 4000 and report["by_xid"] and report["largest_hardware_losses"]
+    assert outputs["1"] == outputs["2"] == outputs["3"]
+
+
 def test_a_foreign_header_stops_the_workers_too(tmp_path):
     from slurm_hooks.summary.parallel import tally_file
 

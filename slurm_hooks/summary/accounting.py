@@ -13,7 +13,8 @@ AdminComment before JobName: extra pieces are glued back, our entries (JSON, whi
 from __future__ import annotations
 
 import json
-from itertools import islice
+from io import BytesIO
+from itertools import compress, islice, repeat
 from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence
 
 from healthcheck.records import admin_comment
@@ -102,9 +103,10 @@ class LineCap:
             body = data[:cut + 1]
             if len(body) > cap + 1:
                 body = self.without_long(body)
-            lines = body.decode("utf-8", "replace").split("\n")
-            lines.pop()                                       # what follows the last line end: nothing
-            yield [line + "\n" for line in lines]
+            # Cut by BytesIO's readlines (a memchr scan; str.split looks at every character) and
+            # decoded a line at a time: UTF-8 puts no newline byte inside a character, so each
+            # line decodes as it does within the block.
+            yield list(map(bytes.decode, BytesIO(body).readlines(), repeat("utf-8"), repeat("replace")))
             if finishing:
                 return
 
@@ -217,19 +219,20 @@ class RowReader:
         delimiter = self.delimiter
         if begin:
             lines = lines[begin:]
-        split = [line.split(delimiter) for line in lines]
-        if len(set(map(len, split))) == 1 and len(split[0]) == FIELD_COUNT:    # every line a row
-            if not out:
-                return split
-            out.extend(split)
-            return out
-        checked = self._checked
-        for line, parts in zip(lines, split):
-            if len(parts) != FIELD_COUNT:
-                parts = checked(line, parts)
-                if parts is None:
-                    continue
-            out.append(parts)
+        split = list(map(str.split, lines, repeat(delimiter)))
+        lengths = list(map(len, split))
+        if lengths.count(FIELD_COUNT) != len(lengths):
+            # The lines that are not rows at once (a job name holding the delimiter, ...), in place:
+            # no Python-level step for the others.
+            checked, gone = self._checked, False
+            for i in compress(range(len(split)), map(FIELD_COUNT.__ne__, lengths)):
+                split[i] = checked(lines[i], split[i])
+                gone = gone or split[i] is None
+            if gone:
+                split = [parts for parts in split if parts is not None]
+        if not out:
+            return split
+        out.extend(split)
         return out
 
     def _first(self, line: str) -> Optional[List[str]]:

@@ -13,7 +13,7 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, getitem, itemgetter, mul
+from operator import add, getitem, is_not, itemgetter, mul
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from .accounting import MAX_ELAPSED_S, MAX_JOB_GPUS, job_name
@@ -104,12 +104,13 @@ def _add_counts(mine: Dict, theirs: Dict) -> None:
 
 
 class _StateKeys(dict):
-    """sacct State -> the tally key of a job classified from accounting alone ("|S" + first word)."""
+    """sacct State -> the tally key of a job classified from accounting alone ("|S" + first
+    word); None for the State of a job that has not ended."""
 
-    def __missing__(self, state: str) -> str:
+    def __missing__(self, state: str) -> Optional[str]:
         if len(self) >= NODE_CACHE_LIMIT:
             self.clear()
-        key = self[state] = "|" + SOURCE_KEY_ACCOUNTING + state_word(state)
+        key = self[state] = None if state in UNFINISHED else "|" + SOURCE_KEY_ACCOUNTING + state_word(state)
         return key
 
 
@@ -164,33 +165,37 @@ class Tally:
             if collecting:
                 gc.enable()
 
-    def _select(self, rows: List[Sequence[str]]) -> List[Sequence[str]]:
-        """The rows that are endings and pass the filters on sacct's own fields."""
+    def _select(self, rows: List[Sequence[str]], keys: List[str]) -> Tuple[List[Sequence[str]], List[str]]:
+        """The rows (and their keys) that pass the filters on sacct's own fields."""
         f = self.filters
-        if not UNFINISHED.isdisjoint(map(_STATE, rows)):
-            kept = [row for row in rows if row[I_STATE] not in UNFINISHED]
-            self.unfinished += len(rows) - len(kept)
-            rows = kept
-        if not (f.since or f.until or f.users or f.accounts or f.partitions or f.states or f.job_ids or f.nodes):
-            return rows
         since, until = f.since, f.until or "~"
-        kept = [row for row in rows
-                if since <= row[I_END] < until
+        keep = [since <= row[I_END] < until
                 and (not f.users or row[I_USER] in f.users)
                 and (not f.accounts or row[I_ACCOUNT] in f.accounts)
                 and (not f.partitions or row[I_PARTITION] in f.partitions)
                 and (not f.states or state_word(row[I_STATE]) in f.states)
                 and (not f.job_ids or row[0] in f.job_ids or row[I_JOBID] in f.job_ids)
-                and (not f.nodes or not f.nodes.isdisjoint(self._nodes(row[I_NODELIST])))]
+                and (not f.nodes or not f.nodes.isdisjoint(self._nodes(row[I_NODELIST])))
+                for row in rows]
+        kept = list(compress(rows, keep))
         self.filtered_out += len(rows) - len(kept)
-        return kept
+        return kept, list(compress(keys, keep))
 
     def add_chunk(self, rows: List[Sequence[str]]) -> None:
-        rows = self._select(rows)
+        # Column by column, each step one C-level pass over the chunk (map, compress, Counter);
+        # Python-level steps only for the rows that need more (filters, entries read in full).
+        keys = list(map(self._state_keys.__getitem__, map(_STATE, rows)))
+        if None in keys:                  # jobs that have not ended: not endings
+            ended = list(map(is_not, keys, repeat(None)))
+            before = len(rows)
+            rows, keys = list(compress(rows, ended)), list(compress(keys, ended))
+            self.unfinished += before - len(rows)
+        f = self.filters
+        if f.since or f.until or f.users or f.accounts or f.partitions or f.states or f.job_ids or f.nodes:
+            rows, keys = self._select(rows, keys)
         if not rows:
             return
         # Causes: a lone job-level entry of ours is read in place; other entries get the parser.
-        keys = list(map(self._state_keys.__getitem__, map(_STATE, rows)))
         verdicts: Dict[int, Verdict] = {}
         tag, stored_tag, hardware = TAGS[0], TAGS[1], HARDWARE
         head, stored_head, head_len = SIMPLE_HEAD, STORED_HEAD, len(SIMPLE_HEAD)
