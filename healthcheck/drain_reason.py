@@ -15,6 +15,11 @@ shows it whole)::
 
 A reason that starts with the prefix but does not parse is still ours (an older version wrote
 it); its cause is then unknown (``check`` None).
+
+Slurm adds to a reason of its own accord: ``scontrol reboot ASAP reason=<ours>`` shows
+``<ours> : reboot issued`` once slurmctld has sent the reboot, and keeps it after the boot when
+the drain survives (measured on 22.05.8, 24.11.5 and 26.05.5). Read back, that suffix is Slurm's,
+not part of our summary (``SLURM_SUFFIXES``).
 """
 from __future__ import annotations
 
@@ -27,6 +32,8 @@ DEFAULT_PREFIX = "gpu-hooks:"
 DEFAULT_MAX_LEN = 120
 
 _TOKEN_SAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
+# What slurmctld appends to a node's reason (measured in the lab: docs/slurm-versions.md).
+SLURM_SUFFIXES = (" : reboot issued",)
 _HEAD = re.compile(r"^v(?P<version>\d+) (?P<check>[a-z0-9_.]+) (?P<subject>\S+)(?P<keys>(?: [a-z_]+:\S+)*)(?:; (?P<summary>.*))?$")
 
 
@@ -72,11 +79,22 @@ def is_ours(text: Optional[str], prefix: str = DEFAULT_PREFIX) -> bool:
     return bool(text) and bool(prefix) and text.startswith(prefix)
 
 
+def without_slurm_suffix(text: str) -> str:
+    """``text`` without what slurmctld appended to it (``SLURM_SUFFIXES``, repeated or not)."""
+    stripped = True
+    while stripped:
+        stripped = False
+        for suffix in SLURM_SUFFIXES:
+            if text.endswith(suffix):
+                text, stripped = text[:-len(suffix)].rstrip(), True
+    return text
+
+
 def parse_reason(text: Optional[str], prefix: str = DEFAULT_PREFIX) -> Optional[DrainReason]:
     """Our reason read back; None when ``text`` is not ours."""
     if not is_ours(text, prefix):
         return None
-    rest = text[len(prefix):].strip()
+    rest = without_slurm_suffix(text[len(prefix):].strip())
     match = _HEAD.match(rest)
     if match is None:
         return DrainReason(check=None, subject="node", summary=rest, version=0)

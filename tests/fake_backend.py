@@ -23,6 +23,7 @@ class FakeBackend:
         self.calls: List[Tuple[str, ...]] = []        # ("node", "gpu1"), ("drain", "gpu1", reason), ...
         self.unreachable: Optional[str] = None         # set: every call raises SlurmError with it
         self.now: Optional[float] = None               # the clock drains are stamped with (None: real time)
+        self._drained_before_reboot: Dict[str, bool] = {}
 
     # -- test helpers --------------------------------------------------------------------------
     def add_node(self, name: str, state: str = "IDLE", reason: str = "", reason_user: str = "") -> NodeInfo:
@@ -88,18 +89,25 @@ class FakeBackend:
         node.reason_epoch = None
 
     def reboot(self, name: str, reason: str) -> None:
-        """``scontrol reboot ASAP nextstate=RESUME reason=...``: Slurm drains the node with the
-        reason and flags the reboot (it happens once the node is idle; ``finish_reboot``)."""
+        """``scontrol reboot ASAP reason=...``: Slurm drains the node with the reason and flags the
+        reboot (it happens once the node is idle; ``finish_reboot``)."""
         self._call("reboot", name, reason)
         node = self._known(name)
         flags = node.state.split("+")
+        self._drained_before_reboot[name] = any(flag in ("DRAIN", "DRAINED", "DRAINING") for flag in flags)
         flags += [flag for flag in ("DRAIN", "REBOOT_REQUESTED") if flag not in flags]
         node.state = "+".join(flags)
         node.reason, node.reason_user = reason, self.user
 
-    def finish_reboot(self, name: str) -> None:
-        """A test helper: the node came back from its reboot; nextstate=RESUME puts it in service."""
+    def finish_reboot(self, name: str, drain_survives: bool = True) -> None:
+        """A test helper: the node came back from its reboot (no ``nextstate`` asked). As measured
+        in the lab: on 24.11 and 26.05 (``drain_survives``) a node drained before the reboot
+        registers IDLE+DRAIN, its reason followed by Slurm's " : reboot issued"; on 22.05, and for
+        a node only the reboot drained, it is IDLE, in service."""
         node = self._known(name)
+        if drain_survives and self._drained_before_reboot.pop(name, False):
+            node.state, node.reason = "IDLE+DRAIN", node.reason + " : reboot issued"
+            return
         node.state, node.reason, node.reason_user, node.reason_epoch = "IDLE", "", "", None
 
     def job(self, job_id: str) -> Optional[JobInfo]:

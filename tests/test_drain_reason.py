@@ -34,3 +34,16 @@ def test_custom_prefix():
     text = format_reason(DrainReason("gpu.lost", "gpu1", {}, "lost"), prefix="HC:")
     assert text.startswith("HC: v1 gpu.lost gpu1") and parse_reason(text, "HC:").check == "gpu.lost"
     assert parse_reason(text) is None
+
+
+def test_slurms_reboot_issued_suffix_is_read_as_slurms_not_ours():
+    """slurmctld appends " : reboot issued" to the reason of a node it reboots and keeps it after
+    the boot (measured on 22.05, 24.11 and 26.05): the cause and summary read back are ours."""
+    written = format_reason(DrainReason("gpu.lost", "gpu5", {"reboots": "1"}, "GPU 5 has fallen off the bus"))
+    shown = written + " : reboot issued"
+    parsed = parse_reason(shown)
+    assert parsed == parse_reason(written)
+    assert parsed.summary == "GPU 5 has fallen off the bus" and parsed.cause == "gpu.lost gpu5"
+    assert parse_reason(written + " : reboot issued : reboot issued") == parsed
+    # only Slurm's exact suffix at the end is removed, nothing of a summary that mentions it
+    assert parse_reason(written + " : reboot issued later").summary.endswith(": reboot issued later")

@@ -51,10 +51,11 @@ class Cluster:
     def run(self, name):
         return run_health(self.config, name, self.slurm, sim_sources(name, self.state_dir, PROFILE))
 
-    def reboot(self, name):
-        """What the lab's RebootProgram and Slurm do: the node reboots and nextstate=RESUME."""
+    def reboot(self, name, drain_survives=True):
+        """What the lab's RebootProgram and Slurm do: the node reboots; on 24.11 and later our
+        drain is still there when it registers (``drain_survives``), on 22.05 Slurm resumes it."""
         self.sims[name].reboot()
-        self.slurm.finish_reboot(name)
+        self.slurm.finish_reboot(name, drain_survives=drain_survives)
 
 
 def test_off_by_default_nothing_is_rebooted(tmp_path):
@@ -88,8 +89,13 @@ def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service(tmp_path)
     assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "reboot"]
     assert " next:reboot; " in cluster.slurm.writes()[1][2] and "next:" not in reason
     cluster.reboot("gpu1")
+    # Slurm kept our drain through the reboot: the node takes no job until a check of the new
+    # boot passes; that check resumes it.
+    assert cluster.slurm.node("gpu1").drained
+    assert cluster.slurm.node("gpu1").reason == reason + " : reboot issued"
     back = cluster.run("gpu1")
-    assert back.decision.kind == "none" and not cluster.slurm.node("gpu1").drained
+    assert back.decision.kind == "resume" and not cluster.slurm.node("gpu1").drained
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "reboot", "resume"]
     entry = next(iter(ledgers.load(cluster.state_dir, "gpu1").entries.values()))
     [episode] = entry.episodes
     assert episode.outcome == "resumed" and len(episode.reboots) == 1
@@ -108,21 +114,36 @@ def test_the_fault_signature_names_the_gpu_by_uuid_where_the_evidence_has_it():
     assert gate._signature(lost) == "gpu.lost gpu3"      # a GPU lost before NVML named it
 
 
-def test_a_lemon_gets_exactly_max_reboots_then_inspection_and_is_left_alone(tmp_path):
+# What Slurm writes for a lemon, per release behaviour (docs/slurm-versions.md): 24.11 and later
+# keep our drain through the reboot, so the lost GPU found again after the boot needs no new
+# drain, and the node is never in service; 22.05 resumes the node at registration and the check
+# after the boot drains it again.
+LEMON_WRITES = {
+    True: ["drain", "drain", "reboot"] + ["drain", "reboot"] + ["drain"],
+    False: ["drain", "drain", "reboot"] * 2 + ["drain", "drain"],
+}
+
+
+@pytest.mark.parametrize("drain_survives", [True, False], ids=["24.11-on", "22.05"])
+def test_a_lemon_gets_exactly_max_reboots_then_inspection_and_is_left_alone(tmp_path, drain_survives):
     cluster = Cluster(tmp_path, names=("gpu1",), max_reboots=2)
     cluster.sims["gpu1"].inject([("gpu.3.state", "lost"), ("gpu.3.lost_every_boot", True)])
-    reboots = 0
+    reboots, in_service_after_a_reboot = 0, []
     for _ in range(6):
         result = cluster.run("gpu1")
         if result.remediation is not None and result.remediation.decision.kind == "reboot":
             reboots += 1
-            cluster.reboot("gpu1")
+            cluster.reboot("gpu1", drain_survives=drain_survives)
+            in_service_after_a_reboot.append(not cluster.slurm.node("gpu1").drained)
     assert reboots == 2
+    assert in_service_after_a_reboot == [not drain_survives] * 2
     node = cluster.slurm.node("gpu1")
     assert node.drained and " reboots:2; inspect: back after 2 reboots: " in node.reason
+    assert " : reboot issued" not in node.reason        # Slurm's suffix is not carried into ours
     writes = [c[0] for c in cluster.slurm.writes()]
-    # (drain, claim, reboot) twice, then the drain and the inspect reason
-    assert writes == ["drain", "drain", "reboot"] * 2 + ["drain", "drain"]
+    # the drain, the claim of a turn, the reboot; again after the first boot (with a new drain
+    # where Slurm resumed the node); then the inspect reason
+    assert writes == LEMON_WRITES[drain_survives]
     for _ in range(3):                      # left alone: no reboot, no resume, no new reason
         assert cluster.run("gpu1").remediation.decision.rule == "remediate-inspecting"
     assert [c[0] for c in cluster.slurm.writes()] == writes
@@ -247,7 +268,8 @@ def test_a_reset_that_did_not_clear_the_fault_is_followed_by_a_reboot(tmp_path):
     assert again.decision.kind != "resume"
     assert again.remediation.decision.kind == "reboot" and again.remediation.applied.done
     cluster.reboot("gpu1")
-    assert cluster.run("gpu1").decision.kind == "none" and not cluster.slurm.node("gpu1").drained
+    assert cluster.slurm.node("gpu1").drained                  # our drain outlived the reboot
+    assert cluster.run("gpu1").decision.kind == "resume" and not cluster.slurm.node("gpu1").drained
 
 
 def test_the_gpus_a_run_saw_a_process_on_are_busy_for_the_decision():

@@ -27,7 +27,7 @@ from .cause import drain_causes
 
 KINDS = ("none", "drain", "resume", "reboot", "reset", "blocked", "leave-alone")
 # The kinds that change Slurm (each has its edge in ``gate.EDGES``); reboot: the remediation's
-# ``scontrol reboot ASAP nextstate=RESUME reason=<ours>`` (healthcheck/remediate/plan.py).
+# ``scontrol reboot ASAP reason=<ours>`` (healthcheck/remediate/plan.py).
 CHANGING_KINDS = ("drain", "resume", "reboot")
 # The kinds that change the node itself, not Slurm (their edges in ``gate.EDGES`` too): reset,
 # the remediation's GPU reset (``command``: healthcheck/actions/gpu_reset.py).

@@ -20,7 +20,7 @@ alone does, in this order, under the node's decision lock (``serial.deciding_alo
 
 Slurm's failures come back in the outcome as one line, never as an exception.
 
-Adding an action (the remediation's reboot: ``scontrol reboot ASAP nextstate=RESUME reason=...``)
+Adding an action (the remediation's reboot: ``scontrol reboot ASAP reason=...``)
 is one intent in ``DECIDERS``, one kind in ``decision.CHANGING_KINDS`` and one edge in ``EDGES``;
 it then gets the lock, the record, the control-plane faults and the watchdog notes from here.
 """

@@ -2,7 +2,7 @@
 
 A drain whose resume mode is ``after_reboot`` can end without a person: once the node is idle,
 reset the failing GPU (where ``[remediate] gpu_reset`` allows it) or ask Slurm to reboot the
-node (``scontrol reboot ASAP nextstate=RESUME``), counted per fault signature (the GPU's UUID
+node (``scontrol reboot ASAP``, our drain kept through it), counted per fault signature (the GPU's UUID
 and the cause) so that a fault that comes back after every boot (a lemon) stops after
 ``max_reboots`` within ``window_s``: then the node is drained for inspection and left alone.
 A cluster-wide budget keeps at most ``max_rebooting_nodes`` nodes rebooting at once.
@@ -90,7 +90,7 @@ RULES: Sequence[Rule] = (
     ("not-after-reboot", lambda s, p: s.resume_mode != "after_reboot", "none",
      "this cause is not one a reboot clears (resume mode is not after_reboot)"),
     ("reboot-pending", lambda s, p: _any(s.flags, REBOOT_PENDING_FLAGS) or s.asked == "reboot", "wait-reboot",
-     "a reboot was asked; Slurm reboots the node and resumes it"),
+     "a reboot was asked; Slurm reboots the node, the first clean check of the new boot resumes it"),
     ("slurm-owns", lambda s, p: _any(s.flags, SLURM_OWNS_FLAGS), "slurm-owns",
      "Slurm is busy with the node (down, not responding, rebooting, powering): never fought over"),
     ("wait-idle", lambda s, p: not s.idle, "wait-idle", "jobs still run on the draining node"),

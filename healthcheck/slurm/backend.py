@@ -114,7 +114,11 @@ def resume_argv(name: str) -> Tuple[str, ...]:
 
 
 def reboot_argv(name: str, reason: str) -> Tuple[str, ...]:
-    """A reboot once the node is idle (ASAP: it takes no new job meanwhile), back in service
-    after it (nextstate=RESUME: safe from Slurm 24.11, which no longer lets jobs start during the
-    reboot), with our reason kept on the node."""
-    return ("reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", name)
+    """A reboot once the node is idle (ASAP: it takes no new job meanwhile), with our reason kept
+    on the node, and no ``nextstate``: on Slurm 24.11 and 26.05 the drain set before the reboot
+    then survives it (the node registers IDLE+DRAIN with our reason), so the node takes no job
+    until a health check after the boot passes and resumes it; a fault still there keeps it
+    drained. ``nextstate=RESUME`` would clear the drain at registration, before any check of
+    ours could judge the new boot. 22.05 resumes the node after the reboot either way (its
+    default next state is RESUME). Measured in the lab: docs/slurm-versions.md."""
+    return ("reboot", "ASAP", f"reason={reason}", name)

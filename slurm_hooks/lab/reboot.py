@@ -6,7 +6,7 @@ real node would be going down), and in a detached process: reboots the simulated
 (``SimNode.reboot``: a new boot id, an empty kernel log, what a reboot clears cleared), stops
 that node's slurmd and starts it again in a new time namespace whose boot time is now
 (``unshare --time --boottime``: slurmd reports its uptime from ``sysinfo(2)``, which follows the
-namespace). Slurm then sees a new ``BootTime``, ends the reboot and applies its ``nextstate``.
+namespace). Slurm then sees a new ``BootTime`` and ends the reboot (the node's state after it: docs/slurm-versions.md).
 
 The node's boot is ``boots.py``'s.
 """

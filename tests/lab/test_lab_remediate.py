@@ -1,5 +1,5 @@
 """Back in service by itself (issue 21) on the real lab: with [remediate] on, a GPU lost once is
-drained, rebooted through Slurm (`scontrol reboot ASAP nextstate=RESUME`, the lab's RebootProgram:
+drained, rebooted through Slurm (`scontrol reboot ASAP reason=<ours>`, the lab's RebootProgram:
 its BootTime changes) and back in service with nobody acting; a lemon (lost again after every
 boot) gets exactly max_reboots reboots, then is drained for inspection and left alone; a storm on
 every node keeps the reboot budget (at most max_rebooting_nodes rebooting at any moment).
