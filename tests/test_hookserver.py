@@ -10,7 +10,6 @@ import configparser
 import json
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -23,7 +22,8 @@ from healthcheck.records import store
 from healthcheck.watch import hookserver
 from slurm_hooks import epilog, prolog
 
-from .conftest import ROOT, SIM_PROFILES, run_cli
+from .conftest import ROOT
+from .test_job_hooks import inject, journal, node  # noqa: F401 - the hooks' simulated node and its helpers
 
 # The server as slurm-gpu-watch forks it: the node's NVML binding (here the simulator's) imported.
 SERVER = ("import sys; from healthcheck.config import Config; from healthcheck.sources import node_sources; "
@@ -31,35 +31,14 @@ SERVER = ("import sys; from healthcheck.config import Config; from healthcheck.s
           "sys.exit(main_loop(sys.argv[1]{allowed}, binding=node_sources(Config.load(None), 'gpu1').nvml.spec))")
 
 
-@pytest.fixture
-def node(tmp_path, isolated_env):
-    shutil.copytree(SIM_PROFILES, tmp_path / "sim")
-    config = tmp_path / "config.toml"
-    config.write_text(
-        '[paths]\nstate_dir = "state"\n[gpu]\nbackend = "sim"\nprobe_timeout_s = 2.0\n'
-        '[sim]\nprofile = "sim/h100-healthy.toml"\n'
-        '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n'
-        '[records]\ndelivery = "inline"\n[slurm]\nbin_dir = "/nonexistent-slurm"\n'
-        f'[health]\ntextfile_dir = "{tmp_path / "metrics"}"\n')
-    env = {"SLURM_GPU_HOOKS_CONFIG": str(config), "SLURMD_NODENAME": "gpu1", "SLURM_JOB_ID": "5",
-           "SLURM_JOB_GPUS": "2,3", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
-    for key, value in env.items():
-        isolated_env.setenv(key, value)
-    # A short path: a Unix socket's path is at most 107 bytes.
+@pytest.fixture(autouse=True)
+def socket_dir(node, tmp_path):
+    """The hooks' tests' simulated node (tests/test_job_hooks.py), and a short socket path for
+    this test's server (a Unix socket's path is at most 107 bytes)."""
     run = f"/tmp/sgh-hs-{os.getpid()}-{tmp_path.name[-12:]}"
-    yield {"config": str(config), "state": str(tmp_path / "state"), "env": isolated_env, "tmp": tmp_path,
-           "socket": os.path.join(run, "hooks.sock")}
+    node.update(tmp=tmp_path, socket=os.path.join(run, "hooks.sock"))
+    yield
     shutil.rmtree(run, ignore_errors=True)
-
-
-def inject(node, *args):
-    result = run_cli(["sim", "inject", "--config", node["config"], "gpu1", *args])
-    assert result.exit_code == 0, result.stderr
-
-
-def journal(node):
-    with open(os.path.join(node["state"], "hook-runs", "gpu1.jsonl")) as handle:
-        return [json.loads(line) for line in handle]
 
 
 class Server:
@@ -83,11 +62,7 @@ class Server:
             return handle.read()
 
     def children(self):
-        try:
-            with open(f"/proc/{self.process.pid}/task/{self.process.pid}/children") as handle:
-                return [int(pid) for pid in handle.read().split()]
-        except OSError:
-            return []
+        return _descendants(self.process.pid)
 
     def stop(self):
         self.process.terminate()

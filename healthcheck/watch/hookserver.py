@@ -28,7 +28,6 @@ from typing import Dict, Iterable, Optional, Tuple
 
 from ..hooklib import client as C
 
-PROG = "slurm-gpu-watch"
 # The hooks the server runs: slurm.conf's commands, by their console scripts' entry points
 # (setup.cfg; tests/test_hookserver.py holds the two together). Resolved by name: the node side
 # (healthcheck) does not import slurm_hooks, and a tree without it serves the health check only.
@@ -47,12 +46,9 @@ POLL_S = 0.5
 
 
 def say(message: str) -> None:
-    text = "".join(ch if ch.isprintable() else "?" for ch in message)
-    try:
-        sys.stderr.write(f"{PROG}: hook server: {text}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    from . import say as watch_say
+
+    watch_say(f"hook server: {message}")
 
 
 def nvml_touched() -> bool:

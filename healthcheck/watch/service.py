@@ -30,21 +30,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .trigger import DutyCycle, Seen, Trigger, wants_check
 
-PROG = "slurm-gpu-watch"
+from . import PROG, say
 READER = "watch"                 # the cursor's reader: <node>.watch
 RUN_TIMEOUT_S = 60.0             # slurmd's own kill of a HealthCheckProgram
 REPEAT_S = 60.0                  # the same event starts another run only after this
 ERROR_BACKOFF_MAX_S = 60.0
-
-
-def say(message: str) -> None:
-    """One line on stderr (journald, or the lab's log file)."""
-    text = "".join(ch if ch.isprintable() else "?" for ch in message)
-    try:
-        sys.stderr.write(f"{PROG}: {text}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
 
 
 class WatchSettings:
