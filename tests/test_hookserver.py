@@ -252,8 +252,10 @@ def test_a_server_that_initialised_nvml_serves_nothing(node):
 def test_the_watcher_forks_its_server_before_its_nvml_thread_initialises_nvml(node):
     """``slurm-gpu-watch`` with ``serve_hooks`` and NVML events on: its NVML thread calls
     nvmlInit in the watcher's process; the server it forked first has not, and serves."""
+    template = os.path.join(os.path.dirname(node["socket"]), "{node}.sock")      # one socket per node
+    node["socket"] = template.replace("{node}", "gpu1")
     with open(node["config"], "a") as handle:
-        handle.write(f'[watch]\nserve_hooks = true\nhook_socket = "{node["socket"]}"\nnvml_events = true\n')
+        handle.write(f'[watch]\nserve_hooks = true\nhook_socket = "{template}"\nnvml_events = true\n')
     log = node["tmp"] / "watch.log"
     with open(log, "w") as out:
         watcher = subprocess.Popen([sys.executable, "-m", "healthcheck.watch.service", "--node", "gpu1"],
@@ -267,11 +269,32 @@ def test_the_watcher_forks_its_server_before_its_nvml_thread_initialises_nvml(no
         node["env"].setenv(client.SOCKET_ENV, node["socket"])
         assert client.served("prolog", []) == 0               # served: not refused over NVML
         assert "NVML is initialised" not in log.read_text()
-        assert journal(node)[-1]["result"] == "ok"
+        assert journal(node)[-1]["result"] == "ok" and journal(node)[-1]["served"] is True
     finally:
         watcher.terminate()
         watcher.wait(60)
     assert not os.path.exists(node["socket"])
+
+
+def test_the_hook_socket_names_the_watchers_node(monkeypatch):
+    """``[watch] hook_socket`` with ``{node}``: several nodes on one host (the lab) serve apart."""
+    from healthcheck.watch import service
+
+    asked = []
+    monkeypatch.setattr(hookserver, "start", lambda path, binding=None: asked.append(path) or 4242)
+    settings = service.WatchSettings(serve_hooks=True, hook_socket="/run/sgh/{node}/hooks-{node}.sock")
+    assert service.start_hook_server(settings, None, "gpu2") == 4242
+    assert asked == ["/run/sgh/gpu2/hooks-gpu2.sock"]
+    assert service.hook_socket(service.WatchSettings(), "gpu2") == client.DEFAULT_SOCKET
+
+
+def test_only_a_served_run_says_so_in_the_journal(node, server):
+    assert client.served("prolog", []) == 0
+    assert journal(node)[-1]["served"] is True
+    node["env"].setenv(client.SOCKET_ENV, "")
+    node["env"].setenv("SLURM_JOB_ID", "6")
+    assert prolog.main([]) == 0
+    assert "served" not in journal(node)[-1]
 
 
 # -- the protocol and the table -------------------------------------------------------------------

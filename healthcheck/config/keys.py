@@ -276,7 +276,7 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "program": Field(str, doc="an absolute path; empty: slurm-gpu-healthcheck beside slurm-gpu-watch"),
         "nvml_events": Field(bool),
         "serve_hooks": Field(bool, doc="the watcher serves the prolog, epilog and health check over hook_socket"),
-        "hook_socket": Field(str, doc="an absolute path of a Unix socket in a directory only root enters"),
+        "hook_socket": Field(str, doc="an absolute path of a Unix socket in a directory only root enters; {node}: the node's name"),
     },
     "prolog": {
         "on_tool_error": Field(str, choices=("pass", "fail")),

@@ -228,6 +228,12 @@ def journal(config: Config, hook: str, node: str, job_id: Optional[str], **detai
     """Record that a hook ran; a journal that cannot be written is said once, never fatal."""
     from .runlog import record_run
 
+    # Run in a hook server's child (``[watch] serve_hooks``): said in the entry, so an admin (and
+    # the lab's tests) can tell a served run from one in the hook's own process. Looked up, never
+    # imported: a hook that never asked a server has no client module loaded.
+    client = sys.modules.get(f"{__package__}.client")
+    if client is not None and client.SERVING:
+        detail.setdefault("served", True)
     try:
         record_run(config.state_dir, hook, node, job_id, **detail)
     except (OSError, ValueError) as exc:     # ValueError: a node name unusable as a file name

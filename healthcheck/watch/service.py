@@ -370,11 +370,18 @@ def default_program() -> List[str]:
     return [sys.executable, "-I", "-c", "import sys; from healthcheck.healthcheck import main; sys.exit(main())"]
 
 
+def hook_socket(settings: WatchSettings, node: str) -> str:
+    """``[watch] hook_socket`` with ``{node}`` replaced by this watcher's node name (several
+    nodes on one host, as in the lab, need one socket each); ``node`` is a checked path component."""
+    return settings.hook_socket.replace("{node}", node)
+
+
 def start_hook_server(settings: WatchSettings, config: Any, node: str) -> Optional[int]:
     """The hook server's pid (``hookserver.py``), or None after one line: the hooks run in process.
     It imports the node's NVML binding (``sources``), never initialised."""
-    if not os.path.isabs(settings.hook_socket):
-        say(f"[watch] hook_socket must be an absolute path, not {settings.hook_socket!r}; not serving the hooks")
+    path = hook_socket(settings, node)
+    if not os.path.isabs(path):
+        say(f"[watch] hook_socket must be an absolute path, not {path!r}; not serving the hooks")
         return None
     from .hookserver import start
 
@@ -384,7 +391,7 @@ def start_hook_server(settings: WatchSettings, config: Any, node: str) -> Option
         binding = node_sources(config, node).nvml.spec
     except Exception:  # noqa: BLE001 - the hooks' own probes say what is wrong with the node
         binding = None
-    return start(settings.hook_socket, binding)
+    return start(path, binding)
 
 
 def stop_hook_server(pid: Optional[int]) -> None:
