@@ -97,9 +97,11 @@ def test_the_watcher_decides_nothing_calls_no_slurm_and_nothing_imports_it():
     watcher = [name for name in MODULES if _in("healthcheck.watch")(name)]
     assert watcher
     for name in watcher:
+        # healthcheck.health.state alone, read only (its drain record and the last result: the
+        # boot a drain of ours waits for, and whether a run has judged the node since)
         forbidden = {target for target in GRAPH[name]
                      if _in("healthcheck.actions")(target) or _in("healthcheck.slurm")(target)
-                     or _in("healthcheck.health")(target)}
+                     or (_in("healthcheck.health")(target) and target != "healthcheck.health.state")}
         assert forbidden == set(), name
         assert not any("scontrol" in repr(ast.dump(call)) for call in _calls(name)), name
     assert {name for name in _importers(_in("healthcheck.watch")) if not _in("healthcheck.watch")(name)} == set()
@@ -194,10 +196,11 @@ def test_each_data_file_is_read_by_the_module_the_page_names():
 def test_the_health_state_is_kept_by_the_gate_and_the_health_check():
     users = _importers(lambda target: target == "healthcheck.health.state")
     assert users == {"healthcheck.actions.gate", "healthcheck.health.run", "healthcheck.health.outputs",
-                     "slurm_hooks.cli.drained_cmd"}
+                     "slurm_hooks.cli.drained_cmd", "healthcheck.watch.service"}
     saves = {name for name in users for call in _calls(name) if _dotted(call.func).endswith(".save")
              or _dotted(call.func) == "save"}
     assert "slurm_hooks.cli.drained_cmd" not in saves           # the CLI reads it; the gate writes for it
+    assert "healthcheck.watch.service" not in saves             # the watcher reads it, read only
 
 
 # -- the page's citations: every test it names exists, so a claim cannot point at a test that is gone

@@ -17,7 +17,7 @@ import pytest
 from healthcheck.config import Config
 from healthcheck.kernellog.scanner import CHUNK
 from healthcheck.watch import service
-from healthcheck.watch.trigger import DutyCycle, Seen, Trigger, wants_check
+from healthcheck.watch.trigger import AfterBoot, DutyCycle, Seen, Trigger, wants_check
 
 # Syslog lines written now (a line from before the running kernel booted never drains on its own).
 NOW = time.strftime("%b %e %H:%M:%S")
@@ -332,3 +332,71 @@ def test_the_systemd_unit_runs_the_installed_command_and_nothing_requires_it():
         assert "slurm-gpu-watch = healthcheck.watch.service:main" in handle.read()
     with open(os.path.join(ROOT, "docs", "install.md"), encoding="utf-8") as handle:
         assert "etc/systemd/slurm-gpu-watch.service" in handle.read()
+
+
+# -- after a boot that a drain of ours waits for ---------------------------------------------------
+def test_after_boot_runs_until_one_run_has_judged_the_node_as_slurm_has_it_back():
+    follow = AfterBoot(600)
+    assert not follow.active and not follow.wants_run(0.0, None)
+    follow.begin(100.0, 5000.0)
+    assert follow.wants_run(101.0, None)                          # no run yet
+    assert follow.wants_run(102.0, (4990.0, "resume"))            # a run from before the boot: not this one
+    assert follow.wants_run(103.0, (5001.0, "slurm-busy"))        # slurmd's start-up run: Slurm shows the reboot
+    assert follow.wants_run(104.0, (5002.0, "slurm-unreachable-healthy"))
+    assert not follow.wants_run(105.0, (5003.0, "resume")) and not follow.active   # judged: done
+    follow.begin(200.0, 6000.0)
+    assert not follow.wants_run(800.0, (6001.0, "slurm-busy")) and not follow.active  # past the limit
+    off = AfterBoot(0)
+    off.begin(1.0, 1.0)
+    assert not off.active
+
+
+def _drained_in(node: "Node", boot: str, mode: str = "after_reboot") -> None:
+    from healthcheck.health.state import Drained, NodeState, save
+
+    save(str(node.state), "gpu7", NodeState(boot_id=boot, drained=Drained(
+        cause="gpu.lost gpu3", resume_mode=mode, boot_id=boot, at=time.time())))
+
+
+def _last_result(node: "Node", rule: str) -> None:
+    import json
+
+    from healthcheck.health.state import last_path
+
+    path = last_path(str(node.state), "gpu7")
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"time": time.time(), "rule": rule}, handle)
+
+
+@pytest.mark.parametrize("drained_in,mode,follows", [
+    ("boot-0", "after_reboot", True),       # drained before this boot, waiting for a reboot: follow it
+    ("boot-1", "after_reboot", False),      # drained in this boot: no reboot happened yet
+    ("boot-0", "auto", False),              # a drain that resumes on its own checks
+    (None, None, False),                    # no drain of ours
+])
+def test_a_boot_is_followed_only_when_a_drain_of_ours_waits_for_it(tmp_path, drained_in, mode, follows):
+    node = Node(tmp_path)
+    if drained_in is not None:
+        _drained_in(node, drained_in, mode)
+    watcher = node.watcher()
+    watcher.follow_boot()
+    assert watcher.after_boot.active is follows and watcher.trigger.pending is follows
+
+
+def test_the_watcher_runs_the_health_check_after_a_reboot_until_it_has_judged_the_node(tmp_path):
+    node = Node(tmp_path)
+    watcher = node.watcher(min_interval_s=0.0)
+    watcher.run(service.FileWake(str(node.log)), once=True)         # boot-1, nothing waits
+    assert node.runs() == [] and not watcher.after_boot.active
+    _drained_in(node, "boot-1")
+    node.boot.write_text("boot-2\n")                                 # rebooted under the watcher (the lab)
+    watcher._boot_looked = float("-inf")
+    watcher.run(service.FileWake(str(node.log)), once=True)
+    assert len(node.runs()) == 1 and watcher.after_boot.active
+    _last_result(node, "slurm-busy")                                 # Slurm still shows the reboot
+    watcher.run(service.FileWake(str(node.log)), once=True)
+    assert len(node.runs()) == 2 and watcher.after_boot.active
+    _last_result(node, "resume")                                     # judged: back in service
+    watcher.run(service.FileWake(str(node.log)), once=True)
+    watcher.run(service.FileWake(str(node.log)), once=True)
+    assert len(node.runs()) == 2 and not watcher.after_boot.active

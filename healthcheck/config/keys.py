@@ -277,6 +277,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "nvml_events": Field(bool),
         "serve_hooks": Field(bool, doc="the watcher serves the prolog, epilog and health check over hook_socket"),
         "hook_socket": Field(str, doc="an absolute path of a Unix socket in a directory only root enters; {node}: the node's name"),
+        "after_boot_s": Field(float, minimum=0, maximum=86400.0,
+                              doc="seconds; 0: the watcher does not follow a boot our drain waits for"),
     },
     "prolog": {
         "on_tool_error": Field(str, choices=("pass", "fail")),

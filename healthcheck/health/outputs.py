@@ -15,16 +15,12 @@ from ..findings import STATUSES
 from ..plain import plain
 from ..safeio.fsutil import DIR_MODE, append_line, atomic_write, ensure_dir, path_component
 from ..hooklib.runlog import rotate_if_full
-from .state import health_dir
+from .state import health_dir, last_path
 
 EVIDENCE_MAX_BYTES = 1 << 20
 TEXTFILE_MODE = 0o644          # node_exporter runs as its own user
 TEXTFILE_DIR_MODE = 0o755      # ... and must traverse the directory
 STATUS_VALUE = {status: index for index, status in enumerate(STATUSES)}
-
-
-def last_path(state_dir: str, node: str) -> str:
-    return os.path.join(health_dir(state_dir), f"{path_component(node)}.last.json")
 
 
 def evidence_path(state_dir: str, node: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from ..plain import asdict, field, plain
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..safeio.fsutil import atomic_write, path_component, read_state_json
 
@@ -21,6 +21,11 @@ def health_dir(state_dir: str) -> str:
 
 def state_path(state_dir: str, node: str) -> str:
     return os.path.join(health_dir(state_dir), f"{path_component(node)}.json")
+
+
+def last_path(state_dir: str, node: str) -> str:
+    """The last run's result (``health.outputs`` writes it every run)."""
+    return os.path.join(health_dir(state_dir), f"{path_component(node)}.last.json")
 
 
 @plain
@@ -70,3 +75,21 @@ def load(state_dir: str, node: str) -> NodeState:
 
 def save(state_dir: str, node: str, state: NodeState) -> None:
     atomic_write(state_path(state_dir, node), json.dumps(state.to_json(), sort_keys=True) + "\n")
+
+
+# -- read-only views for slurm-gpu-watch (it reads what the health check kept, never writes) ------
+
+def waits_for_a_reboot(state_dir: str, node: str, boot: str) -> bool:
+    """Whether our drain of ``node`` is resumed only after a reboot and was made in another boot
+    than ``boot``: the boot it waited for may have come."""
+    drained = NodeState.from_json(read_state_json(state_path(state_dir, node), read_only=True)).drained
+    return drained is not None and drained.resume_mode == "after_reboot" and drained.boot_id != boot
+
+
+def last_judgement(state_dir: str, node: str) -> Optional[Tuple[float, str]]:
+    """(time, rule) of the health check's last result, or None."""
+    data = read_state_json(last_path(state_dir, node), read_only=True)
+    try:
+        return float(data["time"]), str(data["rule"])
+    except (TypeError, ValueError, KeyError):
+        return None

@@ -231,15 +231,16 @@ def locked(path: str, timeout_s: Optional[float] = None) -> Iterator[None]:
         os.close(fd)
 
 
-def read_state_json(path: str, problem_of: Optional[Callable[[Dict[str, Any]], Optional[str]]] = None
-                    ) -> Optional[Dict[str, Any]]:
+def read_state_json(path: str, problem_of: Optional[Callable[[Dict[str, Any]], Optional[str]]] = None,
+                    read_only: bool = False) -> Optional[Dict[str, Any]]:
     """A state file's JSON object, or None: the caller starts afresh, never fails the hook.
 
     None when the file is absent or not ours (a link, another owner, world-writable, not a
     regular file): left alone. A file of ours that is too big, not JSON (NaN and Infinity
     included), not an object, or in which ``problem_of`` finds a problem (its schema) is set
     aside as ``<path>.corrupt`` for the admin, said once on stderr, and None is returned so
-    that the caller rebuilds it.
+    that the caller rebuilds it. ``read_only``: a reader that never writes (slurm-gpu-watch)
+    gets None for such a file and leaves it for its writer to set aside.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -262,7 +263,8 @@ def read_state_json(path: str, problem_of: Optional[Callable[[Dict[str, Any]], O
     if problem is None and problem_of is not None:
         problem = problem_of(data)
     if problem is not None:
-        set_aside(path, problem)
+        if not read_only:
+            set_aside(path, problem)
         return None
     return data
 

@@ -28,26 +28,29 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .trigger import DutyCycle, Seen, Trigger, wants_check
+from .trigger import AfterBoot, DutyCycle, Seen, Trigger, wants_check
 
 from . import PROG, say
 READER = "watch"                 # the cursor's reader: <node>.watch
 RUN_TIMEOUT_S = 60.0             # slurmd's own kill of a HealthCheckProgram
 REPEAT_S = 60.0                  # the same event starts another run only after this
 ERROR_BACKOFF_MAX_S = 60.0
+BOOT_LOOK_S = 2.0                # how often the boot id is read (a small file)
 
 
 class WatchSettings:
     """The ``[watch]`` section."""
 
-    __slots__ = ("poll_s", "min_interval_s", "max_cpu", "program", "nvml_events", "serve_hooks", "hook_socket")
+    __slots__ = ("poll_s", "min_interval_s", "max_cpu", "program", "nvml_events", "serve_hooks", "hook_socket",
+                 "after_boot_s")
 
     def __init__(self, poll_s: float = 0.5, min_interval_s: float = 5.0, max_cpu: float = 0.1,
                  program: str = "", nvml_events: bool = True, serve_hooks: bool = False,
-                 hook_socket: str = "/run/slurm-gpu-hooks/hooks.sock"):
+                 hook_socket: str = "/run/slurm-gpu-hooks/hooks.sock", after_boot_s: float = 600.0):
         self.poll_s, self.min_interval_s, self.max_cpu = poll_s, min_interval_s, max_cpu
         self.program, self.nvml_events = program, nvml_events
         self.serve_hooks, self.hook_socket = serve_hooks, hook_socket
+        self.after_boot_s = after_boot_s
 
     @classmethod
     def from_config(cls, config: Any) -> "WatchSettings":
@@ -59,7 +62,8 @@ class WatchSettings:
                    program=str(section.get("program", default.program)),
                    nvml_events=bool(section.get("nvml_events", default.nvml_events)),
                    serve_hooks=bool(section.get("serve_hooks", default.serve_hooks)),
-                   hook_socket=str(section.get("hook_socket", default.hook_socket)))
+                   hook_socket=str(section.get("hook_socket", default.hook_socket)),
+                   after_boot_s=float(section.get("after_boot_s", default.after_boot_s)))
 
 
 # -- knowing when the log may hold something new ----------------------------------------------------
@@ -215,6 +219,8 @@ class Watcher:
         self._boot: Optional[str] = None
         self._last_error: Optional[str] = None
         self._more = True               # the last read stopped early, or none yet: read again
+        self.after_boot = AfterBoot(settings.after_boot_s)
+        self._boot_looked = -BOOT_LOOK_S            # when the boot id was last read (monotonic)
 
     # one look at the log ------------------------------------------------------------------
     def look(self) -> List[Any]:
@@ -241,14 +247,36 @@ class Watcher:
         return fresh
 
     def _check_boot(self) -> None:
+        from ..health.state import waits_for_a_reboot      # read only: the health check keeps it
+
         try:
             with open(self.boot_id_path, encoding="ascii", errors="replace") as handle:
                 boot = handle.read(128).strip()
         except OSError:
             boot = ""
-        if self._boot is not None and boot != self._boot:
+        self._boot_looked = self.clock()
+        if boot == self._boot:
+            return
+        if self._boot is not None:
             self.seen.forget()
         self._boot = boot
+        if boot and waits_for_a_reboot(self.state_dir, self.node, boot):
+            self.after_boot.begin(self.clock(), time.time())
+            say(f"{self.node}: a new boot, and a drain of ours waits for one: running the health check "
+                "until it has judged the node as Slurm has it back")
+
+    def follow_boot(self) -> None:
+        """The boot id read every ``BOOT_LOOK_S`` (a new boot under a running watcher: the lab's
+        RebootProgram; on a node the watcher starts with its boot); a run asked while a boot
+        waits to be judged (``AfterBoot``)."""
+        from ..health.state import last_judgement
+
+        now = self.clock()
+        if now - self._boot_looked >= BOOT_LOOK_S:
+            self._check_boot()
+        if self.after_boot.active and self.child is None and not self.trigger.pending \
+                and self.after_boot.wants_run(now, last_judgement(self.state_dir, self.node)):
+            self.trigger.request(now)
 
     def nvml_events(self) -> None:
         """Xid codes the driver announced: a run when the catalog's action for one drains."""
@@ -316,6 +344,7 @@ class Watcher:
             now = self.clock()
             self.reap()
             self.nvml_events()
+            self.follow_boot()
             if self.trigger.due(now):
                 self.start_run()
             if now >= next_look and (self._more or wake.changed()):

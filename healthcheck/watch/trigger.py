@@ -11,10 +11,13 @@ check's decision, never the watcher's. Pure: no clock, no I/O (callers pass ``no
   Xid flood the watcher starts at most one health check per interval, however many lines.
 * ``DutyCycle``: the watcher's own reads take at most ``max_cpu`` of one core: after a look
   that took ``spent`` seconds, the next waits at least ``spent * (1 - max_cpu) / max_cpu``.
+* ``AfterBoot``: after a boot that a drain of ours waits for, runs until one has judged the
+  node as Slurm has it back (the remediation's reboot: the node back in service in seconds,
+  not at the next HealthCheckInterval).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Tuple
 
 
 def wants_check(findings: Iterable[Any]) -> bool:
@@ -106,3 +109,45 @@ class Seen:
 
     def __len__(self) -> int:
         return len(self._seen)
+
+
+# The health check's judgements that say Slurm had not taken the node back yet: Slurm still
+# shows the reboot (the node has not registered), or could not be asked.
+NOT_JUDGED_YET = ("slurm-busy", "slurm-unreachable-healthy", "slurm-unreachable-fault")
+
+
+class AfterBoot:
+    """After a boot while a drain of ours waits for one (a reboot the remediation asked): health
+    checks until one has judged the node as Slurm has it back, instead of the node waiting for
+    the next HealthCheckInterval. From Slurm 24.11 our drain outlives the reboot (no nextstate:
+    docs/remediation.md), so the node is out of service until such a run resumes it; slurmd's
+    own run at its start comes before the node registers and judges nothing (``slurm-busy``).
+
+    Pure: the watcher says when a boot began with such a drain (``begin``) and hands in the
+    health check's last result (its time and rule); ``wants_run`` says whether to ask for
+    another run (the trigger keeps them ``min_interval_s`` apart). Ends at the first run judged
+    after the boot began, or ``limit_s`` after it (Slurm's ResumeTimeout sets a node that never
+    registers DOWN: Slurm's then)."""
+
+    def __init__(self, limit_s: float):
+        self.limit_s = max(0.0, float(limit_s))
+        self.until: Optional[float] = None      # monotonic; None: not following a boot
+        self.since: float = 0.0                  # wall clock of the boot's start as seen here
+
+    def begin(self, now: float, wall: float) -> None:
+        if self.limit_s > 0:
+            self.until, self.since = now + self.limit_s, wall
+
+    @property
+    def active(self) -> bool:
+        return self.until is not None
+
+    def wants_run(self, now: float, last: Optional[Tuple[float, str]]) -> bool:
+        """``last``: (wall time, rule) of the health check's last result, or None."""
+        if self.until is None:
+            return False
+        judged = last is not None and last[0] >= self.since and last[1] not in NOT_JUDGED_YET
+        if judged or now >= self.until:
+            self.until = None
+            return False
+        return True

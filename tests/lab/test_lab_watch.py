@@ -80,3 +80,41 @@ def test_a_killed_watcher_leaves_the_periodic_health_check_draining(lab, cli):
         again = cli("lab", "up", timeout=300)
         assert again.returncode == 0, again.stdout + again.stderr
     assert watchers.pid(lab.paths, "gpu2") is not None         # `lab up` starts it again
+
+
+def test_with_the_watcher_a_node_the_remediation_rebooted_is_back_long_before_the_interval(lab, cli):
+    """[remediate] on, HealthCheckInterval 300 s: an Xid 79 drains an idle node (through the
+    watcher), the same health check asks Slurm to reboot it, and from 24.11 our drain outlives the
+    reboot; slurmd's start-up run judges nothing (Slurm still shows the reboot), so the node would
+    wait for the next interval. The watcher sees the new boot with our drain waiting for it and
+    runs the health check until one has judged the node: back in service well before 300 s."""
+    from .test_lab_remediate import REBOOTING, Remediating, boot_time
+
+    gpu = Gpu(lab, cli)
+    up = cli("lab", "up", "--health-interval", str(LONG_INTERVAL), timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        restore(lab, gpu, "gpu3")
+        slurm = backend(lab)
+        with Remediating(lab) as remediating:
+            time.sleep(3)          # slurmd's start-up health check is done
+            before = boot_time(lab, "gpu3")
+            sim(gpu, "inject", "gpu3", "--log", XID79.format(pci=pci(lab, "gpu3", 2)))
+            _drained(slurm, "gpu3", 60)
+            wait_for("gpu3 rebooted (a new BootTime)", lambda: boot_time(lab, "gpu3") not in ("", "None", before),
+                     timeout=120)
+            rebooted = time.time()
+            # The interval is 300 s: a node back within two minutes of its reboot is the watcher's doing.
+            wait_for("gpu3 back in service", lambda: (lambda info: not info.drained and not info.down
+                                                      and not info.has(*REBOOTING))(slurm.node("gpu3")), timeout=120)
+            print(f"gpu3 back in service {time.time() - rebooted:.1f} s after its new BootTime was shown "
+                  f"(HealthCheckInterval {LONG_INTERVAL} s)")
+            [entry] = remediating.ledger("gpu3").entries.values()
+            assert len(entry.reboots) == 1 and entry.episodes[-1].outcome == "resumed"
+            with open(watchers.logfile(lab.paths, "gpu3"), encoding="utf-8", errors="replace") as handle:
+                assert "a drain of ours waits for one" in handle.read()
+    finally:
+        restore(lab, gpu, "gpu3")
+        back = cli("lab", "up", timeout=300)
+        assert back.returncode == 0, back.stdout + back.stderr
+    assert _conf_interval(lab) == "HealthCheckInterval=10"
