@@ -30,12 +30,14 @@ def logfile(lab: LabPaths, node: str) -> str:
     return os.path.join(lab.log, f"watch-{node}.log")
 
 
-def command(lab: LabPaths, node: str) -> List[str]:
-    """The console script beside this Python (as the hooks are installed), else the module."""
+def command(lab: LabPaths, node: str, config: Optional[str] = None) -> List[str]:
+    """The console script beside this Python (as the hooks are installed), else the module;
+    ``config``: another config file than the lab's (a test's, e.g. one that serves the hooks)."""
     script = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), SCRIPT)
     head = [script] if os.path.isfile(script) and os.access(script, os.X_OK) else \
         [os.path.abspath(sys.executable), "-I", "-m", "healthcheck.watch.service"]
-    return head + ["--node", node, "--program", lab.hook("healthcheck"), "--pidfile", pidfile(lab, node)]
+    chosen = ["--config", config] if config else []
+    return head + chosen + ["--node", node, "--program", lab.hook("healthcheck"), "--pidfile", pidfile(lab, node)]
 
 
 def pid(lab: LabPaths, node: str) -> Optional[int]:
@@ -56,13 +58,14 @@ def rows(lab: LabPaths) -> List[tuple]:
     return [(f"watch {node}", pid(lab, node)) for node in P.NODES]
 
 
-def start(lab: LabPaths, node: str, say: Say, timeout: float = 20) -> bool:
+def start(lab: LabPaths, node: str, say: Say, timeout: float = 20, config: Optional[str] = None) -> bool:
     """Start the watcher of ``node`` unless the same one already runs; True when started. One that
-    runs another command (another checkout's) is restarted."""
-    wanted = command(lab, node)
+    runs another command (another checkout's, another config's) is restarted."""
+    wanted = command(lab, node, config)
     running = pid(lab, node)
     if running is not None:
-        if D.proc_cmdline(running)[-len(wanted):] == wanted:
+        current = D.proc_cmdline(running)
+        if current[-len(wanted):] == wanted and (config or "--config" not in current):
             return False
         D.signal_and_wait({running: f"watch {node}"}, 10, say)
     log = os.open(logfile(lab, node), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o640)

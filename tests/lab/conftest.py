@@ -92,7 +92,7 @@ def pytest_collection_modifyitems(session, config, items):
     # `late_evidence_window_s` of a job's end may amend that job's class: they run after the
     # tests that read the scenario jobs' classes. So does the TaskProlog test (an IB port down).
     def group(item) -> int:
-        for rank, module in enumerate(("test_lab_job_classes", "test_lab_actions", "test_lab_gate", "test_lab_taskprolog",
+        for rank, module in enumerate(("test_lab_job_classes", "test_lab_actions", "test_lab_gate", "test_lab_served_hooks", "test_lab_taskprolog",
                                        "test_lab_storm", "test_lab_monitoring", "test_lab_healthcheck", "test_lab_remediate",
                                        "test_lab_boot_check",
                                        "test_lab_watch",
