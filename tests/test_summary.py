@@ -565,6 +565,21 @@ def test_line_feed_puts_lines_back_together_across_chunks():
     assert got == ["1\x1fé|x\n", "2\x1fb\n", "3\x1fc"]
 
 
+def test_line_feed_cuts_rows_at_newlines_only_whatever_a_job_name_holds():
+    """A job name is the user's: characters str.splitlines takes for line ends (\x1c-\x1e, \x85,
+    \u2028, \r) stay inside its row; a name cannot start a row of its own."""
+    from slurm_hooks.summary.accounting import LineFeed
+
+    got = []
+    feed = LineFeed(got.extend)
+    forged = "42\x1fCOMPLETED\x1f0:0"
+    names = ["a\x1e" + forged, "b\x1c" + forged, "c\x1d" + forged, "d\x85" + forged, "e\u2028" + forged,
+             "f\r" + forged, "g\x0b\x0c" + forged]
+    feed.feed("".join(f"{i}\x1f{name}\n" for i, name in enumerate(names)).encode())
+    feed.close()
+    assert got == [f"{i}\x1f{name}\n" for i, name in enumerate(names)]
+
+
 def fake_slurm(tmp_path, sacct_body):
     """A bin_dir with a stand-in sacct (only for the command plumbing; the lab test runs the real one)."""
     bin_dir = tmp_path / "bin"

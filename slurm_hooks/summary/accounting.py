@@ -319,8 +319,11 @@ class LineFeed:
         lines = data[:cut + 1]
         if cut > self.cap.cap:
             lines = self.cap.without_long(lines)
-        # UTF-8 never puts a newline byte inside a character: cutting at one is safe.
-        self.consume(lines.decode("utf-8", "replace").splitlines(keepends=True))
+        # UTF-8 never puts a newline byte inside a character: cutting at one is safe. Cut at "\n"
+        # only: str.splitlines also cuts at \r, \x1c-\x1e, \x85, \u2028..., which a job name may
+        # hold (a name "x\x1e<a forged row>" would have become a row of its own).
+        text = lines.decode("utf-8", "replace")
+        self.consume([line + "\n" for line in text.split("\n")[:-1]])
 
     def _capped(self, rest: bytes) -> bytes:
         """The head of a line not yet ended, unless it is already past the cap."""
