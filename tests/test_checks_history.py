@@ -80,8 +80,8 @@ def test_a_runs_commit_reads_the_history_again_only_when_another_writer_replaced
     from healthcheck.counters.history import CounterHistory
 
     calls = []
-    real = module.read_state_json
-    monkeypatch.setattr(module, "read_state_json", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = module.read_state_bytes
+    monkeypatch.setattr(module, "read_state_bytes", lambda *a, **k: calls.append(1) or real(*a, **k))
     CounterHistory(str(tmp_path), "n1").record({"gpu.0.ecc": (1, 3600.0)}, 100.0)
     mine = CounterHistory(str(tmp_path), "n1")
     loaded = mine.load()
@@ -99,3 +99,85 @@ def test_a_runs_commit_reads_the_history_again_only_when_another_writer_replaced
     mine.record({"gpu.0.ecc": (4, 3600.0)}, 400.0)
     assert calls == [1]                                  # the other run's file, read and checked
     assert CounterHistory(str(tmp_path), "n1").load() == expected
+
+
+# -- the hook server's parsed copies (counters/history.py: PARSED, refresh) -----------------------
+@pytest.fixture
+def kept(tmp_path, monkeypatch):
+    """A history of one series on disk, kept parsed as the hook server keeps it; PARSED and READ
+    are this test's own."""
+    from healthcheck.counters import history
+
+    monkeypatch.setattr(history, "PARSED", {})
+    monkeypatch.setattr(history, "READ", [])
+    store = CounterHistory(str(tmp_path), "gpu1")
+    store.record({"k": (1.0, 3600.0)}, now=100.0)
+    assert history.refresh([store.path]) == 1
+    return history, store
+
+
+def _marked(history, store):
+    """Swap the kept series for a marker, under the same bytes: a load that returns the marker
+    took the kept copy; one that returns the file's series read the file."""
+    raw = history.PARSED[store.path][0]
+    history.PARSED[store.path] = (raw, {"marker": [[1.0, 2.0]]})
+
+
+def test_a_kept_copy_is_used_while_the_file_holds_the_bytes_it_was_parsed_from(kept):
+    history, store = kept
+    _marked(history, store)
+    assert CounterHistory(os.path.dirname(store.dir), "gpu1").load() == {"marker": [[1.0, 2.0]]}
+    assert history.READ == [store.path]                      # the server is told which file was read
+
+
+def test_a_kept_copy_of_a_rewritten_file_is_not_used(kept):
+    history, store = kept
+    from healthcheck.safeio.fsutil import atomic_write
+
+    _marked(history, store)
+    atomic_write(store.path, json.dumps({"version": 1, "series": {"k": [[100.0, 1.0], [200.0, 2.0]]}}), mode=0o640)
+    assert CounterHistory(os.path.dirname(store.dir), "gpu1").load() == {"k": [[100.0, 1.0], [200.0, 2.0]]}
+
+
+def test_a_kept_copy_of_a_file_replaced_by_one_of_the_same_size_and_time_is_not_used(kept):
+    history, store = kept
+    _marked(history, store)
+    info = os.stat(store.path)
+    with open(store.path, "rb") as handle:
+        text = handle.read().replace(b"[100.0,1.0]", b"[100.0,7.0]")
+    assert len(text) == info.st_size
+    with open(store.path + ".new", "wb") as handle:
+        handle.write(text)
+    os.chmod(store.path + ".new", 0o640)
+    os.replace(store.path + ".new", store.path)
+    os.utime(store.path, ns=(info.st_atime_ns, info.st_mtime_ns))     # same size, same mtime
+    assert CounterHistory(os.path.dirname(store.dir), "gpu1").load() == {"k": [[100.0, 7.0]]}
+
+
+def test_a_kept_copy_of_a_removed_file_or_one_behind_a_link_is_not_used(kept, tmp_path):
+    history, store = kept
+    _marked(history, store)
+    os.rename(store.path, tmp_path / "elsewhere.json")
+    assert CounterHistory(os.path.dirname(store.dir), "gpu1").load() == {}
+    os.symlink(tmp_path / "elsewhere.json", store.path)              # the very bytes, through a link
+    assert CounterHistory(os.path.dirname(store.dir), "gpu1").load() == {}
+    assert history.refresh([store.path]) == 0 and store.path not in history.PARSED
+
+
+def test_the_server_keeps_a_corrupt_history_unparsed_and_leaves_it_to_its_writer(kept):
+    history, store = kept
+    with open(store.path, "w") as handle:
+        handle.write('{"version": 1, "series": {"k": [["x", 1]]}}')
+    assert history.refresh([store.path]) == 0 and store.path not in history.PARSED
+    assert os.path.exists(store.path) and not os.path.exists(store.path + ".corrupt")
+    assert CounterHistory(os.path.dirname(store.dir), "gpu1").load() == {}     # the run sets it aside
+    assert os.path.exists(store.path + ".corrupt")
+
+
+def test_a_load_of_a_kept_copy_does_not_change_the_copy(kept):
+    history, store = kept
+    before = json.dumps(history.PARSED[store.path][1])
+    loaded = CounterHistory(os.path.dirname(store.dir), "gpu1")
+    loaded.load()["k"].append([1.0, 1.0])
+    loaded.record({"k": (5.0, 3600.0)}, now=300.0)
+    assert json.dumps(history.PARSED[store.path][1]) == before

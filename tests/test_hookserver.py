@@ -335,3 +335,52 @@ def test_a_hook_started_without_stdin_is_served_all_the_same(node, server):
     assert done.returncode == 0, done.stderr
     assert "hook server" not in done.stderr
     assert journal(node)[-1]["result"] == "ok"
+
+
+def test_a_served_health_check_decides_as_an_in_process_one_run_after_run_as_counters_change(node):
+    """Two identical simulated nodes (the benchmark's, with its Slurm stand-ins: the runs commit
+    their counter history), the same ECC counts injected before each run; one node's health
+    checks served (the server keeps its history parsed between them), the other's in process.
+    Each run decides the same; the growth the history holds drains both at the same run."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import workloads as W
+
+    served_node, local_node = (W.HookNode(str(node["tmp"] / name), sys.executable, ROOT) for name in ("a", "b"))
+    env = dict(os.environ, **served_node.healthcheck_env())
+    code = SERVER.format(allowed="")
+    with open(node["tmp"] / "server.log", "w") as out:
+        process = subprocess.Popen([sys.executable, "-c", code, node["socket"]], stdin=subprocess.DEVNULL,
+                                   stdout=out, stderr=out, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(node["socket"]):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        decided = []
+        for count in (0, 400, 1500, 1500, 2600):
+            runs = []
+            for hook_node, socket in ((served_node, node["socket"]), (local_node, "")):
+                done = subprocess.run(["slurm-gpu", "sim", "inject", "--config", hook_node.config, W.NODE,
+                                       f"gpu.1.ecc.volatile_corrected={count}"], capture_output=True, text=True,
+                                      env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep
+                                               + os.environ.get("PATH", "")))
+                assert done.returncode == 0, done.stderr
+                hook_env = dict(hook_node.healthcheck_env(), **{client.SOCKET_ENV: socket})
+                done = subprocess.run(hook_node.hook_argv("healthcheck") + ["--json"], capture_output=True,
+                                      text=True, env=hook_env, timeout=120)
+                assert done.returncode == 0 and "hook server" not in done.stderr, done.stderr
+                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            served, local = runs
+            for key in ("decision", "reason", "rule", "status", "pending", "committed"):
+                assert served[key] == local[key], (count, key)
+            assert ([(f["check"], f["status"], f.get("gpu")) for f in served["findings"]]
+                    == [(f["check"], f["status"], f.get("gpu")) for f in local["findings"]]), count
+            decided.append(served["decision"])
+        assert decided[:2] == ["none", "none"] and "drain" in decided, decided
+        with open(os.path.join(served_node.state_dir, "counters", f"{W.NODE}.json")) as handle:
+            kept = json.load(handle)["series"]
+        assert [value for _, value in next(v for k, v in kept.items() if k.endswith("ecc.volatile_corrected")
+                                           and "0001" in k)][-1] == 2600.0
+    finally:
+        process.terminate()
+        process.wait(30)

@@ -16,6 +16,11 @@ console script's, ``HOOKS``) exactly as the hook's process would: the same confi
 watchdog, fsyncs and probe children; it sends the exit status and exits with it. The server
 keeps its own copy of each connection: the client gone before its child ended (slurmd killed
 it) means the child's process group is killed.
+
+Between requests (after a child ended, and when idle) the server keeps the counter histories its
+children read parsed (``counters/history.py``: ``refresh``); each child names the ones it read on
+a pipe of its own. A child uses a parsed copy only when the file holds the very bytes it was
+parsed from; any other file is read and checked as in process.
 """
 from __future__ import annotations
 
@@ -43,6 +48,8 @@ COLD = ("slurm_hooks.lab", "slurm_hooks.cli", "healthcheck.watch.service", "heal
 _BINDINGS: list = []             # the NVML binding modules imported here
 REQUEST_TIMEOUT_S = 5.0          # the child's wait for the request and for "go"
 POLL_S = 0.5
+MAX_TOLD = 4096                  # what a child may name on its pipe (the histories it read)
+MAX_HISTORIES = 16               # the histories kept parsed
 
 
 def say(message: str) -> None:
@@ -150,6 +157,8 @@ class HookServer:
         self.sock, self.path = sock, path
         self.allowed = set(allowed) if allowed is not None else {0, os.geteuid()}
         self.children: Dict[int, object] = {}     # pid -> the server's copy of its connection
+        self.told: Dict[int, int] = {}            # pid -> the read end of its pipe (the histories it read)
+        self.histories: Dict[str, None] = {}      # the counter histories kept parsed (counters/history.py)
         self.stopping = False
         self.served = 0
         self.refused = 0
@@ -167,8 +176,38 @@ class HookServer:
                     self.accept(poller)
                 else:
                     self.hung_up(fd, poller)
-            self.reap(poller)
+            if self.reap(poller) or not events:
+                self.keep_parsed()
         return 0
+
+    def keep_parsed(self) -> None:
+        """The histories the children read, parsed again where their bytes changed (off every
+        request's path: after a child ended, or idle). Never stops the server."""
+        if not self.histories:
+            return
+        try:
+            from ..counters import history
+
+            history.refresh(list(self.histories))
+        except Exception as exc:  # noqa: BLE001 - a child then reads the file as in process
+            say(f"counter history not kept parsed: {type(exc).__name__}: {exc}")
+
+    def heard(self, pid: int) -> None:
+        """The histories child ``pid`` read (one path a line, at most MAX_TOLD bytes)."""
+        fd = self.told.pop(pid, None)
+        if fd is None:
+            return
+        try:
+            data = os.read(fd, MAX_TOLD)
+        except OSError:
+            data = b""
+        finally:
+            os.close(fd)
+        for line in data.split(b"\n"):
+            if line.startswith(b"/") and b"\0" not in line:
+                self.histories[os.fsdecode(line)] = None
+        while len(self.histories) > MAX_HISTORIES:
+            self.histories.pop(next(iter(self.histories)))
 
     def accept(self, poller) -> None:
         try:
@@ -190,18 +229,31 @@ class HookServer:
             conn.close()
             return
         try:
+            told, tell = os.pipe()
+        except OSError:
+            told = tell = -1
+        try:
             pid = os.fork()
         except OSError as exc:
             say(f"cannot fork: {exc.strerror or exc}")
             conn.close()
+            for fd in (told, tell):
+                if fd >= 0:
+                    os.close(fd)
             return
         if pid == 0:  # pragma: no cover - the child, which leaves through os._exit
             try:
                 self.sock.close()
                 for other in self.children.values():
                     other.close()
+                for fd in (told, *self.told.values()):
+                    if fd >= 0:
+                        os.close(fd)
             finally:
-                run_child(conn)
+                run_child(conn, tell)
+        if tell >= 0:
+            os.close(tell)
+            self.told[pid] = told
         try:
             os.setpgid(pid, pid)
         except OSError:
@@ -224,8 +276,10 @@ class HookServer:
             poller.unregister(fd)
             return
 
-    def reap(self, poller) -> None:
-        """Children that ended: a killed one's client hears the signal; the connection closes."""
+    def reap(self, poller) -> int:
+        """Children that ended: a killed one's client hears the signal; the connection closes.
+        Returns how many ended."""
+        ended = 0
         for pid in list(self.children):
             try:
                 done, status = os.waitpid(pid, os.WNOHANG)
@@ -234,6 +288,8 @@ class HookServer:
             if not done:
                 continue
             conn = self.children.pop(pid)
+            ended += 1
+            self.heard(pid)
             try:
                 poller.unregister(conn.fileno())
             except (KeyError, ValueError):
@@ -244,6 +300,7 @@ class HookServer:
             except OSError:
                 pass
             conn.close()
+        return ended
 
     def close(self) -> None:
         """Stop listening; the socket file goes when it is still ours. Running children finish."""
@@ -275,7 +332,7 @@ def _ends_soon(pid: int, grace_s: float = 0.1) -> bool:
 
 
 # -- a child: one hook run ---------------------------------------------------------------------------
-def run_child(conn) -> None:  # pragma: no cover - runs in a forked child (tests see its effects)
+def run_child(conn, tell: int = -1) -> None:  # pragma: no cover - runs in a forked child (tests see its effects)
     code = 1
     try:
         os.setpgid(0, 0)
@@ -317,6 +374,7 @@ def run_child(conn) -> None:  # pragma: no cover - runs in a forked child (tests
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         code = int(code or 0)
+        _tell(tell)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -326,6 +384,22 @@ def run_child(conn) -> None:  # pragma: no cover - runs in a forked child (tests
     except BaseException:  # noqa: BLE001 - the client hears of it (no status) and fails open
         os._exit(70)
     os._exit(code & 0xFF)
+
+
+def _tell(fd: int) -> None:
+    """Name the counter histories this run read to the server, on this child's pipe."""
+    if fd < 0:
+        return
+    try:
+        from ..counters.history import READ
+
+        data = b"".join(os.fsencode(path) + b"\n" for path in READ)
+        if data and len(data) <= MAX_TOLD:
+            os.write(fd, data)
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(fd)
 
 
 def read_request(conn) -> Optional[Tuple[tuple, list]]:
