@@ -314,3 +314,27 @@ def test_a_gpu_the_run_sees_a_process_on_is_not_reset_the_node_is_rebooted(tmp_p
     assert not any("GPU reset" in note for note in drained.notes)
     [entry] = ledgers.load(cluster.state_dir, "gpu1").entries.values()
     assert entry.resets == {} and len(entry.reboots) == 1          # no reset tried
+
+
+def test_a_drain_that_replaces_a_record_someone_else_ended_opens_its_own_episode(tmp_path):
+    """Seen in the lab: a drain of ours for another cause was resumed outside the gate (a test's
+    clean-up, an admin's scontrol), its record still in the health state, when a new fault drained
+    the node in the next run. That drain must open its episode, or its reboot and its return to
+    service are never counted (the episode stayed unopened and never closed)."""
+    from healthcheck.health.state import Drained, NodeState, load, save
+
+    cluster = Cluster(tmp_path, names=("gpu1",))
+    boot = load(cluster.state_dir, "gpu1").boot_id
+    save(cluster.state_dir, "gpu1", NodeState(boot_id=boot, runs_in_boot=5, drained=Drained(
+        cause="gpu.ecc.uncorrectable gpu2", resume_mode="after_reboot", boot_id=boot, at=time.time() - 60)))
+    assert not cluster.slurm.node("gpu1").drained              # resumed by someone else
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    drained = cluster.run("gpu1")
+    assert drained.decision.kind == "drain" and drained.remediation.decision.kind == "reboot"
+    [entry] = [e for e in ledgers.load(cluster.state_dir, "gpu1").entries.values() if e.cause == "gpu.lost gpu3"]
+    [episode] = entry.episodes
+    assert episode.outcome == "" and len(episode.reboots) == 1
+    cluster.reboot("gpu1")
+    assert cluster.run("gpu1").decision.kind == "resume"
+    [entry] = [e for e in ledgers.load(cluster.state_dir, "gpu1").entries.values() if e.cause == "gpu.lost gpu3"]
+    assert entry.episodes[-1].outcome == "resumed"

@@ -318,7 +318,12 @@ class Session:
         """The ledger's episode times (drained, back in service) when our drain starts or ends;
         nothing is read or written on a run that changes neither."""
         after = self.state.drained
-        if self.dry_run or outcome.request.intent == "remediate" or (before is None) == (after is None):
+        if self.dry_run or outcome.request.intent == "remediate" or (before is None and after is None):
+            return
+        # The same drain kept: nothing to note. A drain that replaced another record in the same run
+        # (a new cause; or a record whose drain someone else ended outside the gate, then a new
+        # fault) starts its own episode: its reboots and its back-in-service time are counted there.
+        if before is not None and after is not None and before.cause == after.cause:
             return
         from ..remediate import ledger as ledgers
 
