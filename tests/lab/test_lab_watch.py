@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -31,13 +32,26 @@ def _conf_interval(lab) -> str:
         return next(line.strip() for line in handle if line.startswith("HealthCheckInterval="))
 
 
-def test_with_the_watcher_an_xid_79_on_an_idle_node_drains_it_long_before_the_interval(lab, cli):
-    gpu = Gpu(lab, cli)
+@contextmanager
+def long_health_interval(lab, cli, gpu: Gpu, node: str):
+    """The lab with HealthCheckInterval LONG_INTERVAL and ``node`` healthy; afterwards ``node``
+    mended and the lab's usual interval back."""
     up = cli("lab", "up", "--health-interval", str(LONG_INTERVAL), timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
         assert _conf_interval(lab) == f"HealthCheckInterval={LONG_INTERVAL}"
-        restore(lab, gpu, "gpu1")
+        restore(lab, gpu, node)
+        yield
+    finally:
+        restore(lab, gpu, node)
+        back = cli("lab", "up", timeout=300)
+        assert back.returncode == 0, back.stdout + back.stderr
+    assert _conf_interval(lab) == "HealthCheckInterval=10"
+
+
+def test_with_the_watcher_an_xid_79_on_an_idle_node_drains_it_long_before_the_interval(lab, cli):
+    gpu = Gpu(lab, cli)
+    with long_health_interval(lab, cli, gpu, "gpu1"):
         slurm = backend(lab)
         assert not slurm.node("gpu1").drained
         assert watchers.pid(lab.paths, "gpu1") is not None
@@ -51,11 +65,6 @@ def test_with_the_watcher_an_xid_79_on_an_idle_node_drains_it_long_before_the_in
         assert "xid:79" in node.reason and node.reason.startswith("gpu-hooks: v1 kernel.xid")
         with open(watchers.logfile(lab.paths, "gpu1"), encoding="utf-8", errors="replace") as handle:
             assert "gpu1: kernel.xid: Xid 79" in handle.read()
-    finally:
-        restore(lab, gpu, "gpu1")
-        back = cli("lab", "up", timeout=300)
-        assert back.returncode == 0, back.stdout + back.stderr
-    assert _conf_interval(lab) == "HealthCheckInterval=10"
 
 
 def test_a_killed_watcher_leaves_the_periodic_health_check_draining(lab, cli):
@@ -91,10 +100,7 @@ def test_with_the_watcher_a_node_the_remediation_rebooted_is_back_long_before_th
     from .test_lab_remediate import REBOOTING, Remediating, boot_time
 
     gpu = Gpu(lab, cli)
-    up = cli("lab", "up", "--health-interval", str(LONG_INTERVAL), timeout=300)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
-        restore(lab, gpu, "gpu3")
+    with long_health_interval(lab, cli, gpu, "gpu3"):
         slurm = backend(lab)
         with Remediating(lab) as remediating:
             time.sleep(3)          # slurmd's start-up health check is done
@@ -113,8 +119,3 @@ def test_with_the_watcher_a_node_the_remediation_rebooted_is_back_long_before_th
             assert len(entry.reboots) == 1 and entry.episodes[-1].outcome == "resumed"
             with open(watchers.logfile(lab.paths, "gpu3"), encoding="utf-8", errors="replace") as handle:
                 assert "a drain of ours waits for one" in handle.read()
-    finally:
-        restore(lab, gpu, "gpu3")
-        back = cli("lab", "up", timeout=300)
-        assert back.returncode == 0, back.stdout + back.stderr
-    assert _conf_interval(lab) == "HealthCheckInterval=10"
