@@ -69,8 +69,9 @@ class NodeState:
             return cls()
 
 
-def load(state_dir: str, node: str) -> NodeState:
-    return NodeState.from_json(read_state_json(state_path(state_dir, node)))
+def load(state_dir: str, node: str, read_only: bool = False) -> NodeState:
+    """``read_only``: a reader that never writes (slurm-gpu-watch) leaves a corrupt file in place."""
+    return NodeState.from_json(read_state_json(state_path(state_dir, node), read_only=read_only))
 
 
 def save(state_dir: str, node: str, state: NodeState) -> None:
@@ -82,7 +83,7 @@ def save(state_dir: str, node: str, state: NodeState) -> None:
 def waits_for_a_reboot(state_dir: str, node: str, boot: str) -> bool:
     """Whether our drain of ``node`` is resumed only after a reboot and was made in another boot
     than ``boot``: the boot it waited for may have come."""
-    drained = NodeState.from_json(read_state_json(state_path(state_dir, node), read_only=True)).drained
+    drained = load(state_dir, node, read_only=True).drained
     return drained is not None and drained.resume_mode == "after_reboot" and drained.boot_id != boot
 
 

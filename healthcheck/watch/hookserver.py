@@ -49,7 +49,6 @@ _BINDINGS: list = []             # the NVML binding modules imported here
 REQUEST_TIMEOUT_S = 5.0          # the child's wait for the request and for "go"
 POLL_S = 0.5
 MAX_TOLD = 4096                  # what a child may name on its pipe (the histories it read)
-MAX_HISTORIES = 16               # the histories kept parsed
 
 
 def say(message: str) -> None:
@@ -206,7 +205,9 @@ class HookServer:
         for line in data.split(b"\n"):
             if line.startswith(b"/") and b"\0" not in line:
                 self.histories[os.fsdecode(line)] = None
-        while len(self.histories) > MAX_HISTORIES:
+        from ..counters.history import MAX_PARSED
+
+        while len(self.histories) > MAX_PARSED:         # as many as the history keeps parsed
             self.histories.pop(next(iter(self.histories)))
 
     def accept(self, poller) -> None:
