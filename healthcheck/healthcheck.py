@@ -48,25 +48,11 @@ def parse(argv: Optional[Sequence[str]]):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from .hooklib.client import served
+    # Served by the node's hook server, else run here (the import order: client.hook_main).
+    from .hooklib.client import hook_main
 
-    # The node's hook server runs it when there is one (slurm-gpu-watch, [watch] serve_hooks: no
-    # interpreter start, no imports); it is not there or does not take it: this process runs it.
-    code = served("healthcheck", argv)
-    if code is not None:
-        return code
-    from .probes.standby import standby
-
-    # The NVML probe's child is forked first (it imports the binding while the hook loads its
-    # code: probes/standby.py); then, before the imports, a hook is one short process.
-    with standby():
-        from .hooklib.nogc import short_process
-
-        with short_process():
-            from .hooklib.skeleton import serve
-
-            return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
-                         on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+    return hook_main("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
+                     on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 
 def _start(argv: Optional[Sequence[str]]):

@@ -44,26 +44,11 @@ EXAMPLE = ("SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_SCRIPT_CONTEXT=epilog_slu
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.hooklib.client import served
+    # Served by the node's hook server, else run here (the import order: client.hook_main).
+    from healthcheck.hooklib.client import hook_main
 
-    # The node's hook server runs it when there is one (slurm-gpu-watch, [watch] serve_hooks: no
-    # interpreter start, no imports); it is not there or does not take it: this process runs it.
-    code = served("epilog", argv)
-    if code is not None:
-        return code
-    from healthcheck.probes.standby import standby
-
-    # The NVML probe's child is forked first (it imports the binding while the hook loads its
-    # code: probes/standby.py); then, before the imports, a hook is one short process.
-    with standby():
-        from healthcheck.hooklib.nogc import short_process
-
-        with short_process():
-            from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
-
-            return serve("epilog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,
-                         deadline=("records", "epilog_deadline_s"), on_watchdog=_stopped_by_watchdog,
-                         on_error=_tool_error)
+    return hook_main("epilog", argv, _body, admin_help=True, example=EXAMPLE, start=_start,
+                     deadline=("records", "epilog_deadline_s"), on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 
 def _start(argv):

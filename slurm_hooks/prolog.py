@@ -30,25 +30,11 @@ EXAMPLE = "SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-pro
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from healthcheck.hooklib.client import served
+    # Served by the node's hook server, else run here (the import order: client.hook_main).
+    from healthcheck.hooklib.client import hook_main
 
-    # The node's hook server runs it when there is one (slurm-gpu-watch, [watch] serve_hooks: no
-    # interpreter start, no imports); it is not there or does not take it: this process runs it.
-    code = served("prolog", argv)
-    if code is not None:
-        return code
-    from healthcheck.probes.standby import standby
-
-    # The NVML probe's child is forked first (it imports the binding while the hook loads its
-    # code: probes/standby.py); then, before the imports, a hook is one short process.
-    with standby():
-        from healthcheck.hooklib.nogc import short_process
-
-        with short_process():
-            from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
-
-            return serve("prolog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,
-                         deadline=("prolog", "deadline_s"), on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+    return hook_main("prolog", argv, _body, admin_help=True, example=EXAMPLE, start=_start,
+                     deadline=("prolog", "deadline_s"), on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 
 def _start(argv):

@@ -19,7 +19,8 @@ that crashes in process. slurmd killing this process closes the connection; the 
 the child's process group (its NVML and IB probe children die with it too, PR_SET_PDEATHSIG).
 
 Imports ``_socket`` (the C module: no ``socket``, ``enum``, ``selectors``) and nothing else the
-interpreter does not already hold: this runs before every job on every node.
+interpreter does not already hold: this runs before every job on every node. ``hook_main`` is
+each of the three hooks' ``main``: this first, the in-process run's imports only after it.
 """
 import os
 import sys
@@ -58,6 +59,34 @@ def served(hook: str, argv=None):
         return _ask(_socket, sock, path, hook, list(sys.argv[1:] if argv is None else argv))
     finally:
         sock.close()
+
+
+def hook_main(hook: str, argv, body, *, start, deadline, on_watchdog, on_error, example: str = "",
+              admin_help: bool = False) -> int:
+    """The whole ``main`` of a hook slurmd runs (prolog, epilog, health check): run by the node's
+    hook server when there is one that takes it, else here through the hook skeleton
+    (``skeleton.serve``: the arguments are its own; ``admin_help``: --help is the admin's text,
+    ``skeleton.ADMIN_HELP``, named by a flag because the skeleton is not imported yet).
+
+    The order is the point, each import no earlier than it is needed: the server asked first
+    (this module: ``_socket`` only; a served hook imports nothing more), then the NVML probe's
+    stand-by child forked (it imports the binding while this process loads its code:
+    probes/standby.py), then the collector off (one short process: nogc.py), and only then
+    the skeleton and, through the hook's own ``start`` and ``body``, the rest."""
+    # No interpreter start, no imports when served; not there or not taken: this process runs it.
+    code = served(hook, argv)
+    if code is not None:
+        return code
+    from ..probes.standby import standby
+
+    with standby():
+        from .nogc import short_process
+
+        with short_process():
+            from .skeleton import ADMIN_HELP, serve
+
+            return serve(hook, argv, body, doc=ADMIN_HELP if admin_help else "", example=example, start=start,
+                         deadline=deadline, on_watchdog=on_watchdog, on_error=on_error)
 
 
 def _say(hook: str, message: str) -> None:

@@ -10,8 +10,10 @@ The four entry points (prolog, epilog, health check, TaskProlog) are composition
         with short_process():          # the collector off before any import: one short process
             from healthcheck.hooklib.skeleton import serve
 
-            return serve("prolog", argv, _body, doc=__doc__, example=..., start=_start,
-                         deadline=("prolog", "deadline_s"), on_watchdog=_stopped, on_error=_broken)
+            return serve("taskprolog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start)
+
+(the prolog, epilog and health check through ``client.hook_main``, which asks the node's hook
+server first and forks the NVML probe's stand-by child before it does the same).
 
 ``start(argv)`` loads the config and names the run (``HookRun``; an int ends the hook with that
 status: no config, bad arguments), ``_body(run)`` does the hook's work and returns its
