@@ -109,6 +109,7 @@ def kept(tmp_path, monkeypatch):
     from healthcheck.counters import history
 
     monkeypatch.setattr(history, "PARSED", {})
+    monkeypatch.setattr(history, "SEEN", {})
     monkeypatch.setattr(history, "READ", [])
     store = CounterHistory(str(tmp_path), "gpu1")
     store.record({"k": (1.0, 3600.0)}, now=100.0)
@@ -181,3 +182,44 @@ def test_a_load_of_a_kept_copy_does_not_change_the_copy(kept):
     loaded.load()["k"].append([1.0, 1.0])
     loaded.record({"k": (5.0, 3600.0)}, now=300.0)
     assert json.dumps(history.PARSED[store.path][1]) == before
+
+
+def _counting_reads(history, monkeypatch):
+    """The paths ``refresh`` reads (``read_state_bytes``, the real one, called through a tally)."""
+    reads = []
+    real = history.read_state_bytes
+
+    def read(path):
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(history, "read_state_bytes", read)
+    return reads
+
+
+def test_the_servers_idle_refresh_does_not_read_an_unchanged_history_again(kept, monkeypatch):
+    history, store = kept
+    reads = _counting_reads(history, monkeypatch)
+    assert history.refresh([store.path]) == 0 and history.refresh([store.path]) == 0
+    assert reads == [] and store.path in history.PARSED                 # kept, not read twice a second
+    store.record({"k": (2.0, 3600.0)}, now=200.0)                        # a run wrote it: read, parsed
+    del reads[:]                                                         # (the run's own read)
+    assert history.refresh([store.path]) == 1 and reads == [store.path]
+    assert history.PARSED[store.path][1] == {"k": [[100.0, 1.0], [200.0, 2.0]]}
+    os.chmod(store.path, 0o646)                                          # not ours to trust any more
+    assert history.refresh([store.path]) == 0 and store.path not in history.PARSED
+    assert reads == [store.path] * 2
+
+
+def test_a_change_the_servers_stat_misses_leaves_the_kept_copy_unused_never_stale(kept, monkeypatch):
+    """Correctness never rests on the stat: a child compares the bytes."""
+    history, store = kept
+    _marked(history, store)
+    with open(store.path, "r+b") as handle:                              # same size, same inode
+        text = handle.read().replace(b"[100.0,1.0]", b"[100.0,7.0]")
+        handle.seek(0)
+        handle.write(text)
+    history.SEEN[store.path] = history._stat_identity(store.path)       # as if the lstat had not changed
+    reads = _counting_reads(history, monkeypatch)
+    assert history.refresh([store.path]) == 0 and reads == []
+    assert CounterHistory(os.path.dirname(store.dir), "gpu1").load() == {"k": [[100.0, 7.0]]}

@@ -18,9 +18,10 @@ keeps its own copy of each connection: the client gone before its child ended (s
 it) means the child's process group is killed.
 
 Between requests (after a child ended, and when idle) the server keeps the counter histories its
-children read parsed (``counters/history.py``: ``refresh``); each child names the ones it read on
-a pipe of its own. A child uses a parsed copy only when the file holds the very bytes it was
-parsed from; any other file is read and checked as in process.
+children read parsed (``counters/history.py``: ``refresh``, which reads a file again only when its
+lstat changed); each child names the ones it read on a pipe of its own. A child uses a parsed
+copy only when the file holds the very bytes it was parsed from; any other file is read and
+checked as in process.
 """
 from __future__ import annotations
 
@@ -180,8 +181,9 @@ class HookServer:
         return 0
 
     def keep_parsed(self) -> None:
-        """The histories the children read, parsed again where their bytes changed (off every
-        request's path: after a child ended, or idle). Never stops the server."""
+        """The histories the children read, read again where their lstat changed and parsed again
+        where their bytes did (off every request's path: after a child ended, or idle, every
+        POLL_S). Never stops the server."""
         if not self.histories:
             return
         try:
