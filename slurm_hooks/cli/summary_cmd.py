@@ -62,6 +62,13 @@ def _open_input(path: str) -> IO[bytes]:
         raise
 
 
+def json_document(doc: Dict) -> str:
+    """``doc`` as JSON, a top-level key a line, each value compact: json's C encoder writes it
+    (with ``indent`` json encodes in Python, 5x slower on a month's 1 MB report)."""
+    encode = json.JSONEncoder().encode
+    return "{\n" + ",\n".join(f" {encode(key)}: {encode(value)}" for key, value in doc.items()) + "\n}"
+
+
 class JobOutput:
     """Per-job rows (``--jobs``), written while the accounting streams by."""
 
@@ -88,8 +95,7 @@ class JobOutput:
 
     def finish(self, report: Dict) -> None:
         if self.mode == "json":
-            rest = json.dumps(report, indent=1)
-            self.stream.write("\n],\n" + rest[1:].lstrip() + "\n")
+            self.stream.write("\n],\n" + json_document(report)[1:].lstrip() + "\n")
 
 
 @click.command()
@@ -312,7 +318,7 @@ def _write(report, mode, csv_table, jobs_out, html_path, top_nodes, out) -> None
         jobs_out.finish(report)
         return
     if mode == "json":
-        out.write(json.dumps(versioned(report), indent=1) + "\n")
+        out.write(json_document(versioned(report)) + "\n")
     elif mode == "csv":
         out.write(text.render_csv(report, csv_table))
     else:
