@@ -14,7 +14,7 @@ from healthcheck.records import admin_comment
 from tests.conftest import run_cli
 from slurm_hooks.summary import accounting, drains
 from slurm_hooks.summary.accounting import SACCT_FIELDS, SACCT_FORMAT, AccountingError, read_rows
-from slurm_hooks.summary.verdict import SOURCE_ACCOUNTING, SOURCE_HOOKS, classify, quick_cause
+from slurm_hooks.summary.verdict import SOURCE_ACCOUNTING, SOURCE_HOOKS, UNFINISHED, classify, quick_cause
 from slurm_hooks.summary.offenders import OffenderRules, poisson_tail, rank_nodes
 from slurm_hooks.summary.report import build
 from slurm_hooks.summary.rows import gpus_of
@@ -170,6 +170,30 @@ def test_damaged_entries_are_skipped():
 ])
 def test_the_fast_path_agrees_with_the_full_parser(comment):
     assert quick_cause(comment) == classify("COMPLETED", comment).cause
+
+
+def test_the_tally_decides_every_row_of_a_month_as_the_full_parser_does(tmp_path):
+    """The tally reads simple entries in place (both forms, after a jobstats blob too) and
+    leaves the rest to ``classify``: per cause and source, a generated month counts the same as
+    ``classify`` on every row."""
+    path = tmp_path / "s.txt"
+    generator().write_jobs(str(path), 3000, seed=3)
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.readlines()
+    expected = Counter()
+    for row in read_rows(lines, []):
+        if row[COL["State"]].split(" ")[0] in UNFINISHED:
+            continue
+        verdict = classify(row[COL["State"]], row[COL["AdminComment"]], tuple(Tally()._nodes(row[COL["NodeList"]])))
+        expected[(verdict.cause, verdict.source)] += 1
+    report = build(tally_of(lines), {}, [], [])
+    got = Counter()
+    for cause, row in report["by_cause"].items():
+        got[(cause, SOURCE_HOOKS)] += row["jobs"] - row["from_accounting"]
+        got[(cause, SOURCE_ACCOUNTING)] += row["from_accounting"]
+    assert +got == +expected
+    prefixed = [line for line in lines if re.search(r"\|js1:\S+ sgh1:\{`v`:1,`node`:`\*`", line)]
+    assert len(prefixed) > 100           # the generator's jobstats blobs before a job-level entry
 
 
 def stored(text):

@@ -71,7 +71,8 @@ def build(tally: Tally, window: Dict[str, Any], drained: List[Dict[str, Any]], n
     tally.finish()
     total_gpu = tally.gpu_seconds
     by_cause = {}
-    for cause, (jobs, gpu_seconds, from_accounting) in sorted(tally.by_cause.items(),
+    causes = tally.by_cause             # computed on each access: once here
+    for cause, (jobs, gpu_seconds, from_accounting) in sorted(causes.items(),
                                                                 key=lambda item: (-item[1][0], item[0])):
         by_cause[cause] = {"jobs": int(jobs), "gpu_hours": _hours(gpu_seconds),
                            "hardware": is_hardware(cause),
@@ -92,7 +93,7 @@ def build(tally: Tally, window: Dict[str, Any], drained: List[Dict[str, Any]], n
         "hardware": {"jobs": tally.hardware_jobs, "gpu_hours": _hours(tally.hardware_gpu_seconds),
                      "share_jobs": _share(tally.hardware_jobs, tally.jobs),
                      "share_gpu_hours": _share(tally.hardware_gpu_seconds, total_gpu)},
-        "from_accounting": tally.from_accounting,
+        "from_accounting": int(sum(slot[2] for slot in causes.values())),
         "by_gpu": gpu_rows(tally),
         "fleet": fleet_rates(tally.nodes),
         "offender_rules": {"min_events": rules.min_events, "ratio": rules.ratio, "max_p": rules.max_p},

@@ -202,22 +202,29 @@ class Tally:
         comments = list(map(_ADMIN, rows))
         for i in compress(range(len(rows)), comments):
             comment = comments[i]
+            # One entry of ours, job-level, last in the comment (after a jobstats blob, say), no
+            # Xid: its class is read in place. The entry's head is found from the left, so a
+            # second tag anywhere (before it too) leaves the row to the parser.
             if stored_tag in comment:
                 # sacctmgr's stored form, what the Epilog's entries look like in accounting
-                if comment.startswith(stored_head) and comment.endswith("}") and "`xid`" not in comment \
-                        and comment.find(stored_tag, 5) < 0 and tag not in comment:
-                    cause = comment[head_len:comment.find("`", head_len)].upper()
+                at = comment.find(stored_head)
+                if at >= 0 and comment.endswith("}") and "`xid`" not in comment \
+                        and comment.count(stored_tag) == 1 and tag not in comment:
+                    at += head_len
+                    cause = comment[at:comment.find("`", at)].upper()
                     if cause not in hardware:
                         keys[i] = "|H" + cause
                         continue
             elif tag not in comment:
                 continue
-            elif comment.startswith(head) and comment.endswith("}") and '"xid"' not in comment \
-                    and comment.find(tag, 5) < 0:
-                cause = comment[head_len:comment.find('"', head_len)]
-                if cause not in hardware:
-                    keys[i] = "|H" + cause
-                    continue
+            else:
+                at = comment.find(head)
+                if at >= 0 and comment.endswith("}") and '"xid"' not in comment and comment.count(tag) == 1:
+                    at += head_len
+                    cause = comment[at:comment.find('"', at)]
+                    if cause not in hardware:
+                        keys[i] = "|H" + cause
+                        continue
             cause = quick_cause(comment)
             if cause is not None:
                 keys[i] = "|H" + cause
@@ -295,12 +302,16 @@ class Tally:
     def by_cause(self) -> Dict[str, List[float]]:
         """cause -> [jobs, gpu_seconds, jobs classified from accounting alone]"""
         totals: Dict[str, List[float]] = {}
-        for row in self.by_hour.values():  # cheap: one entry per hour and cause
-            for cause, (jobs, gpu_seconds, from_accounting) in row.items():
-                slot = totals.setdefault(cause, [0, 0, 0])
-                slot[0] += jobs
-                slot[1] += gpu_seconds
-                slot[2] += from_accounting
+        gpu_seconds = self._key_gpu_seconds
+        for key, jobs in self._key_jobs.items():   # cheap: one entry per hour and cause
+            rest = key.partition("|")[2]
+            slot = totals.get(rest[1:])
+            if slot is None:
+                slot = totals[rest[1:]] = [0, 0, 0]
+            slot[0] += jobs
+            slot[1] += gpu_seconds.get(key, 0)
+            if rest[0] == SOURCE_KEY_ACCOUNTING:
+                slot[2] += jobs
         return totals
 
     @property
