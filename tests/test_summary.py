@@ -567,6 +567,34 @@ def test_the_command_prints_the_same_json_with_one_worker_and_with_several(tmp_p
     assert outputs["1"] == outputs["2"] == outputs["3"]
 
 
+def test_a_reader_process_that_dies_or_fails_is_one_line_and_a_failure(tmp_path, monkeypatch):
+    from slurm_hooks.summary import parallel
+
+    path = tmp_path / "s.txt"
+    generator().write_jobs(str(path), 2000, seed=2)
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 1)
+    real = parallel._work
+
+    def dies(job):
+        if job[1] > 0:                     # a forked child's range
+            os._exit(3)
+        return real(job)
+
+    monkeypatch.setattr(parallel, "_work", dies)
+    result = run("--input", str(path), "--json", "--workers", "2")
+    assert result.exit_code != 0 and result.stdout == ""
+    assert result.stderr.strip().count("\n") == 0 and "reader process ended with status 3" in result.stderr
+
+    def fails(job):
+        if job[1] > 0:
+            raise OSError(5, "Input/output error")
+        return real(job)
+
+    monkeypatch.setattr(parallel, "_work", fails)
+    with pytest.raises(OSError, match="Input/output error"):
+        parallel.tally_file(str(path), Filters(), 3, [])
+
+
 def test_a_foreign_header_stops_the_workers_too(tmp_path):
     from slurm_hooks.summary.parallel import tally_file
 
