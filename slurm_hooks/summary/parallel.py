@@ -154,9 +154,10 @@ def tally_file(path: str, filters: Filters, workers: int, problems: List[str],
             failure = failure or exc
     if failure is not None:
         raise failure
-    total = Tally(filters)
-    for tally, found, skipped in results:
-        total.merge(tally)
+    total = results[0][0]                             # this process's own: the others merge into it
+    for index, (tally, found, skipped) in enumerate(results):
+        if index:
+            total.merge(tally)
         problems.extend(found)
         cap.skipped += skipped
     return total
