@@ -553,7 +553,8 @@ def test_the_command_prints_the_same_json_with_one_worker_and_with_several(tmp_p
     with open(path, "rb+") as handle:          # the last line without its line end
         handle.seek(-1, os.SEEK_END)
         handle.truncate()
-    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 1)   # a small file read by several
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 1)   # a small file read by several,
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_RANGE", 1)    # each taking several ranges
     calls = []
     monkeypatch.setattr(parallel, "byte_ranges", lambda p, n, real=parallel.byte_ranges: calls.append(n) or real(p, n))
     outputs = {}
@@ -561,10 +562,33 @@ def test_the_command_prints_the_same_json_with_one_worker_and_with_several(tmp_p
         result = run("--input", str(path), "--json", "--workers", workers)
         assert result.exit_code == 0, result.stderr
         outputs[workers] = result.stdout
-    assert calls == [2, 3]                    # one process, then two and three
+    assert calls == [2 * parallel.RANGES_PER_WORKER, 3 * parallel.RANGES_PER_WORKER]  # 1, then 2 and 3 processes
     report = json.loads(outputs["1"])
     assert report["jobs"] > 4000 and report["by_xid"] and report["largest_hardware_losses"]
     assert outputs["1"] == outputs["2"] == outputs["3"]
+
+
+def test_lines_that_are_not_rows_are_told_as_one_pass_tells_them_whoever_read_them(tmp_path, monkeypatch):
+    """Each process takes ranges from a shared queue, so which process reads a bad line varies
+    from run to run; the problems are the file's first examples and its whole count."""
+    from slurm_hooks.summary import parallel
+
+    path = tmp_path / "s.txt"
+    generator().write_jobs(str(path), 3000, seed=4)
+    lines = path.read_text().splitlines(keepends=True)
+    for at in range(100, len(lines), len(lines) // 9):     # nine bad lines spread over the file
+        lines[at] = f"garbage line {at}\n"
+    path.write_text("".join(lines))
+    with open(path, "rb") as handle:
+        one_pass = []
+        single = Tally()
+        single.add_chunks(accounting.row_blocks(handle, accounting.LineCap(), one_pass))
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_RANGE", 1)
+    for workers in (2, 3):
+        problems = []
+        many = parallel.tally_file(str(path), Filters(), workers, problems)
+        assert problems == one_pass and len(problems) == 4 and problems[-1].startswith("9 lines in all")
+        assert build(many, {}, [], []) == build(single, {}, [], [])
 
 
 def test_a_reader_process_that_dies_or_fails_is_one_line_and_a_failure(tmp_path, monkeypatch):
@@ -573,22 +597,22 @@ def test_a_reader_process_that_dies_or_fails_is_one_line_and_a_failure(tmp_path,
     path = tmp_path / "s.txt"
     generator().write_jobs(str(path), 2000, seed=2)
     monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 1)
-    real = parallel._work
+    real, parent = parallel._work, os.getpid()
 
-    def dies(job):
-        if job[1] > 0:                     # a forked child's range
+    def dies(job, queue):
+        if os.getpid() != parent:          # a forked child
             os._exit(3)
-        return real(job)
+        return real(job, queue)
 
     monkeypatch.setattr(parallel, "_work", dies)
     result = run("--input", str(path), "--json", "--workers", "2")
     assert result.exit_code != 0 and result.stdout == ""
     assert result.stderr.strip().count("\n") == 0 and "reader process ended with status 3" in result.stderr
 
-    def fails(job):
-        if job[1] > 0:
+    def fails(job, queue):
+        if os.getpid() != parent:
             raise OSError(5, "Input/output error")
-        return real(job)
+        return real(job, queue)
 
     monkeypatch.setattr(parallel, "_work", fails)
     with pytest.raises(OSError, match="Input/output error"):

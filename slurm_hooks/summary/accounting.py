@@ -259,13 +259,20 @@ class RowReader:
         repaired = repair(parts, self.delimiter)
         if repaired is None:
             self.bad += 1
-            if self.bad <= 3:
+            if self.bad <= BAD_EXAMPLES:
                 self.problems.append(f"not a sacct row of the expected format ({FIELD_COUNT} fields): {line[:80]!r}")
         return repaired
 
     def finish(self) -> None:
-        if self.bad > 3:
-            self.problems.append(f"{self.bad} lines in all were not rows of the expected format")
+        if self.bad > BAD_EXAMPLES:
+            self.problems.append(bad_lines_problem(self.bad))
+
+
+BAD_EXAMPLES = 3                  # lines that are not rows, quoted in the problems; then a count
+
+
+def bad_lines_problem(count: int) -> str:
+    return f"{count} lines in all were not rows of the expected format"
 
 
 def read_rows(lines: Iterable[str], problems: List[str], delimiter: Optional[str] = None) -> Iterator[List[str]]:
@@ -282,15 +289,20 @@ def read_rows(lines: Iterable[str], problems: List[str], delimiter: Optional[str
 
 
 def row_blocks(stream: BinaryIO, cap: LineCap, problems: List[str], delimiter: Optional[str] = None,
-               start: int = 0, end: Optional[int] = None) -> Iterator[List[List[str]]]:
+               start: int = 0, end: Optional[int] = None, reader: Optional[RowReader] = None
+               ) -> Iterator[List[List[str]]]:
     """The rows ``read_rows(cap.lines(stream))`` gives, as lists of a block's rows
-    (``LineCap.blocks``, ``RowReader``): what a saved file is read with."""
-    reader = RowReader(problems, delimiter)
+    (``LineCap.blocks``, ``RowReader``): what a saved file is read with. With ``reader`` given,
+    its caller counts what was not a row (``reader.bad``) and finishes it."""
+    own = reader is None
+    if reader is None:
+        reader = RowReader(problems, delimiter)
     for lines in cap.blocks(stream, end, start):
         rows = reader.rows(lines)
         if rows:
             yield rows
-    reader.finish()
+    if own:
+        reader.finish()
 
 
 class LineFeed:

@@ -1,21 +1,24 @@
 """A large saved accounting file (``--input FILE``) read by several processes at once.
 
-The file is cut into byte ranges that begin at line starts; this process reads the first, a
-forked child each other one, with the same reader and tally as one process would, and the
-tallies are merged (a child's comes back pickled through a pipe). Every
-line falls in exactly one range, so the result equals a single pass. Worth it only for big
+The file is cut into byte ranges that begin at line starts, several per process; this process
+and forked children take them from a shared queue (a pipe of indexes) and read each with the
+same reader and tally as one process would, and the tallies are merged (a child's comes back
+pickled through a pipe). Every line falls in exactly one range, so the result equals a single
+pass; a process slowed by something else on its CPU takes fewer ranges. Worth it only for big
 plain files: stdin, ``.gz``, small files and ``--jobs`` (rows in file order) take one pass.
 """
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from .accounting import LineCap, detect_delimiter, row_blocks
+from .accounting import BAD_EXAMPLES, LineCap, RowReader, bad_lines_problem, detect_delimiter, row_blocks
 from .tally import Filters, Tally
 
 MIN_BYTES_PER_WORKER = 32 << 20
 MAX_WORKERS = 3                      # each worker holds its own counters (~45 MB)
+RANGES_PER_WORKER = 8
+MIN_BYTES_PER_RANGE = 4 << 20
 
 
 def default_workers() -> int:
@@ -61,22 +64,38 @@ def _first_line(path: str) -> str:
         return handle.readline(1 << 16).decode("utf-8", "replace")
 
 
-def _work(job: Tuple[str, int, int, str, Filters, int]) -> Tuple[Tally, List[str], int]:
-    path, start, end, delimiter, filters, max_line = job
-    problems: List[str] = []
+# What one process hands back: its tally, and per range it read (by index) the lines that were not
+# rows (examples, count) and the lines past the cap.
+Result = Tuple[Tally, Dict[int, Tuple[List[str], int, int]]]
+Job = Tuple[str, List[Tuple[int, int]], str, Filters, int]
+
+
+def _work(job: Job, queue: int) -> Result:
+    """Ranges taken from ``queue`` (4-byte indexes, one read each: atomic on a pipe) until it is
+    empty, tallied into one tally."""
+    path, ranges, delimiter, filters, max_line = job
     tally = Tally(filters)
-    cap = LineCap(max_line)
+    done: Dict[int, Tuple[List[str], int, int]] = {}
     with open(path, "rb") as handle:
-        handle.seek(start)
-        tally.add_chunks(row_blocks(handle, cap, problems, delimiter, start, end))
-    return tally.finish(), problems, cap.skipped
+        while True:
+            token = os.read(queue, 4)
+            if len(token) < 4:
+                break
+            index = int.from_bytes(token, "little")
+            start, end = ranges[index]
+            examples: List[str] = []
+            reader, cap = RowReader(examples, delimiter), LineCap(max_line)
+            handle.seek(start)
+            tally.add_chunks(row_blocks(handle, cap, examples, delimiter, start, end, reader=reader))
+            done[index] = (examples, reader.bad, cap.skipped)
+    return tally.finish(), done
 
 
 class ReaderFailed(OSError):
     """A forked reader ended without handing back its tally."""
 
 
-def _fork(job: Tuple[str, int, int, str, Filters, int]) -> Tuple[int, int]:
+def _fork(job: Job, queue: int) -> Tuple[int, int]:
     """A child that works ``job`` and writes its pickled result (or the exception it raised) to
     a pipe; returns (pid, the pipe's read end)."""
     import pickle
@@ -88,7 +107,7 @@ def _fork(job: Tuple[str, int, int, str, Filters, int]) -> Tuple[int, int]:
         try:
             os.close(read_end)
             try:
-                result = pickle.dumps((True, _work(job)), pickle.HIGHEST_PROTOCOL)
+                result = pickle.dumps((True, _work(job, queue)), pickle.HIGHEST_PROTOCOL)
             except Exception as exc:                  # handed to the parent, which raises it
                 result = pickle.dumps((False, exc), pickle.HIGHEST_PROTOCOL)
             with open(write_end, "wb") as out:
@@ -101,7 +120,7 @@ def _fork(job: Tuple[str, int, int, str, Filters, int]) -> Tuple[int, int]:
     return pid, read_end
 
 
-def _collect(pid: int, read_end: int) -> Tuple[Tally, List[str], int]:
+def _collect(pid: int, read_end: int) -> Result:
     import pickle
 
     with open(read_end, "rb") as pipe:
@@ -127,25 +146,48 @@ def _stop(pid: int, read_end: int) -> None:
     os.waitpid(pid, 0)
 
 
+def range_count(size: int, workers: int) -> int:
+    """How many ranges ``workers`` processes share: several each, so that one that runs faster
+    (the other CPU busy with something else a while) takes more of them; none below
+    ``MIN_BYTES_PER_RANGE``."""
+    return max(workers, min(workers * RANGES_PER_WORKER, size // MIN_BYTES_PER_RANGE))
+
+
+def _queue(count: int) -> int:
+    """A pipe holding the indexes 0..count-1, its write end closed: the read end, which every
+    reader shares (``count`` * 4 bytes: well within a pipe's buffer)."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"".join(index.to_bytes(4, "little") for index in range(count)))
+    finally:
+        os.close(write_end)
+    return read_end
+
+
 def tally_file(path: str, filters: Filters, workers: int, problems: List[str],
                cap: Optional[LineCap] = None) -> Tally:
-    """The tally of a whole file read by ``workers`` processes: this one reads the first range
-    (and checks the header), forked children the others; lines past ``cap`` are counted into
-    it."""
+    """The tally of a whole file read by ``workers`` processes: this one and forked children,
+    each taking ranges from a shared queue until none are left (the first range's reader
+    checks the header); lines past ``cap`` are counted into it. What was not a row is told as
+    one pass would tell it: the first examples in the file, then the count."""
     cap = cap if cap is not None else LineCap()
     delimiter = detect_delimiter(_first_line(path))
-    ranges = byte_ranges(path, workers)
-    jobs = [(path, start, end, delimiter, filters, cap.cap) for start, end in ranges]
-    # Forked before this process reads: the children share the imports and the page cache, and
-    # this process does a share of the reading instead of waiting (no pool: its threads and
-    # pipes cost more than a small job's reading).
-    children = [_fork(job) for job in jobs[1:]]
+    ranges = byte_ranges(path, range_count(os.path.getsize(path), workers))
+    job = (path, ranges, delimiter, filters, cap.cap)
+    queue = _queue(len(ranges))
     try:
-        results = [_work(jobs[0])]
-    except BaseException:
-        for pid, read_end in children:                # this process's error is the one to tell
-            _stop(pid, read_end)
-        raise
+        # Forked before this process reads: the children share the imports and the page cache,
+        # and this process reads too instead of waiting (no pool: its threads and pipes cost
+        # more than a small job's reading).
+        children = [_fork(job, queue) for _ in range(workers - 1)]
+        try:
+            results = [_work(job, queue)]
+        except BaseException:
+            for pid, read_end in children:            # this process's error is the one to tell
+                _stop(pid, read_end)
+            raise
+    finally:
+        os.close(queue)
     failure: Optional[BaseException] = None
     for pid, read_end in children:                    # every child reaped, the first failure raised
         try:
@@ -155,9 +197,13 @@ def tally_file(path: str, filters: Filters, workers: int, problems: List[str],
     if failure is not None:
         raise failure
     total = results[0][0]                             # this process's own: the others merge into it
-    for index, (tally, found, skipped) in enumerate(results):
-        if index:
-            total.merge(tally)
-        problems.extend(found)
-        cap.skipped += skipped
+    for tally, _ in results[1:]:
+        total.merge(tally)
+    per_range = {index: told for _, done in results for index, told in done.items()}
+    examples = [example for index in sorted(per_range) for example in per_range[index][0]]
+    bad = sum(told[1] for told in per_range.values())
+    problems.extend(examples[:BAD_EXAMPLES])
+    if bad > BAD_EXAMPLES:
+        problems.append(bad_lines_problem(bad))
+    cap.skipped += sum(told[2] for told in per_range.values())
     return total
