@@ -17,7 +17,7 @@ from .tally import Filters, Tally
 
 MIN_BYTES_PER_WORKER = 32 << 20
 MAX_WORKERS = 3                      # each worker holds its own counters (~45 MB)
-RANGES_PER_WORKER = 8
+RANGES_PER_WORKER = 32              # small ranges: the last one taken ends soon after the others
 MIN_BYTES_PER_RANGE = 4 << 20
 
 
