@@ -591,6 +591,19 @@ def test_lines_that_are_not_rows_are_told_as_one_pass_tells_them_whoever_read_th
         assert build(many, {}, [], []) == build(single, {}, [], [])
 
 
+def test_a_tally_travels_pickled_without_its_caches_and_counts_on(tmp_path):
+    import pickle
+
+    lines = with_comments(HOOKED)
+    whole = tally_of(lines)
+    first = tally_of(lines[:8])
+    assert first._node_cache                           # filled while counting
+    travelled = pickle.loads(pickle.dumps(first))
+    assert travelled._node_cache == {} and not travelled._gpu_counts and travelled.on_job is None
+    travelled.add(read_rows(lines[8:], []))           # the caches are there again, empty
+    assert build(travelled, {}, [], []) == build(whole, {}, [], [])
+
+
 def test_a_reader_process_that_dies_or_fails_is_one_line_and_a_failure(tmp_path, monkeypatch):
     from slurm_hooks.summary import parallel
 
