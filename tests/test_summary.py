@@ -632,6 +632,27 @@ def test_a_reader_process_that_dies_or_fails_is_one_line_and_a_failure(tmp_path,
         parallel.tally_file(str(path), Filters(), 3, [])
 
 
+def test_a_fork_that_fails_leaves_the_file_to_the_processes_there(tmp_path, monkeypatch):
+    from slurm_hooks.summary import parallel
+
+    path = tmp_path / "s.txt"
+    generator().write_jobs(str(path), 2000, seed=6)
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_RANGE", 1)
+    expected = build(parallel.tally_file(str(path), Filters(), 1, []), {}, [], [])
+    real_fork, forks = os.fork, []
+
+    def fork_once():
+        if forks:
+            raise OSError(11, "Resource temporarily unavailable")
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork_once)
+    problems = []
+    assert build(parallel.tally_file(str(path), Filters(), 3, problems), {}, [], []) == expected
+    assert forks == [1] and problems == []
+
+
 def test_a_foreign_header_stops_the_workers_too(tmp_path):
     from slurm_hooks.summary.parallel import tally_file
 

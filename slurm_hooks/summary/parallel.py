@@ -101,7 +101,12 @@ def _fork(job: Job, queue: int) -> Tuple[int, int]:
     import pickle
 
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        raise
     if pid == 0:                                      # pragma: no cover - runs in the child (tests see its result)
         code = 0
         try:
@@ -179,7 +184,12 @@ def tally_file(path: str, filters: Filters, workers: int, problems: List[str],
         # Forked before this process reads: the children share the imports and the page cache,
         # and this process reads too instead of waiting (no pool: its threads and pipes cost
         # more than a small job's reading).
-        children = [_fork(job, queue) for _ in range(workers - 1)]
+        children: List[Tuple[int, int]] = []
+        for _ in range(workers - 1):
+            try:
+                children.append(_fork(job, queue))
+            except OSError:                           # no more processes: those there read it all
+                break
         try:
             results = [_work(job, queue)]
         except BaseException:
