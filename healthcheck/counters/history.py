@@ -107,11 +107,7 @@ class CounterHistory:
         self._loaded: Optional[Tuple[Tuple[int, ...], Dict[str, Series]]] = None
 
     def _identity(self) -> Optional[Tuple[int, ...]]:
-        try:
-            info = os.lstat(self.path)
-        except OSError:
-            return None
-        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        return _stat_identity(self.path)
 
     def load(self) -> Dict[str, Series]:
         """The saved series; none (a new baseline) when the file is absent or not ours, or set

@@ -33,6 +33,7 @@ import sys
 from typing import Dict, Iterable, Optional, Tuple
 
 from ..hooklib import client as C
+from . import say as watch_say
 
 # The hooks the server runs: slurm.conf's commands, by their console scripts' entry points
 # (setup.cfg; tests/test_hookserver.py holds the two together). Resolved by name: the node side
@@ -53,8 +54,6 @@ MAX_TOLD = 4096                  # what a child may name on its pipe (the histor
 
 
 def say(message: str) -> None:
-    from . import say as watch_say
-
     watch_say(f"hook server: {message}")
 
 

@@ -98,6 +98,16 @@ class JobView:
     nodes: Tuple[str, ...]
 
 
+def _add_cell(cells: Dict, cause: str, jobs: int, gpu_seconds: float, from_accounting: int) -> None:
+    cell = cells.get(cause)
+    if cell is None:
+        cells[cause] = [jobs, gpu_seconds, from_accounting]
+    else:
+        cell[0] += jobs
+        cell[1] += gpu_seconds
+        cell[2] += from_accounting
+
+
 def _add_counts(mine: Dict, theirs: Dict) -> None:
     for key, count in theirs.items():
         mine[key] = mine.get(key, 0) + count
@@ -156,6 +166,9 @@ class Tally:
         self.last_end = ""
         self.losses: List[Tuple[float, str, str, str, str, str]] = []   # heap of the largest hardware losses
         self.drain_events = 0
+        self._fresh_caches()
+
+    def _fresh_caches(self) -> None:
         self._node_cache: Dict[str, Tuple[str, ...]] = {}
         self._gpu_counts = GpuCounts()
         self._state_keys = _StateKeys()
@@ -172,8 +185,7 @@ class Tally:
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._node_cache, self._gpu_counts = {}, GpuCounts()
-        self._state_keys, self._entry_keys = _StateKeys(), _EntryKeys()
+        self._fresh_caches()
 
     # -- the hot path ----------------------------------------------------------------------
     def add(self, rows: Iterable[Sequence[str]]) -> None:
@@ -313,38 +325,28 @@ class Tally:
                     source=SOURCE_HOOKS if source_and_cause[0] == SOURCE_KEY_HOOKS else SOURCE_ACCOUNTING)
                 self.on_job(JobView(row, verdict, gpus[i], elapsed[i], self._nodes(row[I_NODELIST])))
 
+    def _cells(self) -> Iterable[Tuple[str, str, int, int, int]]:
+        """(hour, cause, jobs, gpu_seconds, jobs classified from accounting alone) per tally key."""
+        gpu_seconds = self._key_gpu_seconds
+        for key, jobs in self._key_jobs.items():
+            hour, _, rest = key.partition("|")
+            yield hour, rest[1:], jobs, gpu_seconds.get(key, 0), jobs if rest[0] == SOURCE_KEY_ACCOUNTING else 0
+
     @property
     def by_hour(self) -> Dict[str, Dict[str, List[int]]]:
         """"YYYY-MM-DDTHH" -> cause -> [jobs, gpu_seconds, jobs classified from accounting alone]"""
         hours: Dict[str, Dict[str, List[int]]] = {}
-        for key, jobs in self._key_jobs.items():
-            hour, _, rest = key.partition("|")
-            cell = hours.setdefault(hour, {}).setdefault(rest[1:], [0, 0, 0])
-            cell[0] += jobs
-            cell[1] += self._key_gpu_seconds.get(key, 0)
-            if rest[0] == SOURCE_KEY_ACCOUNTING:
-                cell[2] += jobs
+        for hour, cause, jobs, gpu_seconds, from_accounting in self._cells():
+            _add_cell(hours.setdefault(hour, {}), cause, jobs, gpu_seconds, from_accounting)
         return hours
 
     @property
     def by_cause(self) -> Dict[str, List[float]]:
         """cause -> [jobs, gpu_seconds, jobs classified from accounting alone]"""
         totals: Dict[str, List[float]] = {}
-        gpu_seconds = self._key_gpu_seconds
-        for key, jobs in self._key_jobs.items():   # cheap: one entry per hour and cause
-            rest = key.partition("|")[2]
-            slot = totals.get(rest[1:])
-            if slot is None:
-                slot = totals[rest[1:]] = [0, 0, 0]
-            slot[0] += jobs
-            slot[1] += gpu_seconds.get(key, 0)
-            if rest[0] == SOURCE_KEY_ACCOUNTING:
-                slot[2] += jobs
+        for _, cause, jobs, gpu_seconds, from_accounting in self._cells():   # one per hour and cause
+            _add_cell(totals, cause, jobs, gpu_seconds, from_accounting)
         return totals
-
-    @property
-    def from_accounting(self) -> int:
-        return int(sum(slot[2] for slot in self.by_cause.values()))
 
     def _nodes(self, nodelist: str) -> Tuple[str, ...]:
         cache = self._node_cache
