@@ -185,8 +185,9 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
 def _node_list(fields: Mapping[str, str], env: Mapping[str, str]) -> Optional[str]:
     """The job's nodes: scontrol's NodeList first, since EpilogSlurmctld's SLURM_JOB_NODELIST is the
     leader's for every component of a heterogeneous job (measured on 22.05: 1234+1 on gpu2 said gpu1)."""
-    listed = fields.get("NodeList")
-    return listed if listed and listed not in ("(null)", "None assigned") else env.get("SLURM_JOB_NODELIST")
+    from healthcheck.slurm.backend import assigned_nodes
+
+    return assigned_nodes(fields.get("NodeList")) or env.get("SLURM_JOB_NODELIST")
 
 
 # -- the node epilog ------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from healthcheck.records import admin_comment
 from healthcheck.records.classes import UNKNOWN
 from healthcheck.records.classify import SlurmView, job_class, latest_run, slurm_ending
+from healthcheck.slurm.backend import assigned_nodes
 
 ENTRY_META = ("v", "node", "class", "t")
 
@@ -113,9 +114,9 @@ def gather(config, job_id: str, backend) -> Dict[str, Any]:
     # heterogeneous component's; sacct's JobIDRaw or scontrol's JobId says which it is.
     raw = (row or {}).get("JobIDRaw") or (live or {}).get("JobId") or str(job_id)
     records = store.read_records(config.state_dir, raw) if store.JOB_ID.match(raw) else []
-    node_list = (row or {}).get("NodeList") or (live or {}).get("NodeList") or ""
+    node_list = assigned_nodes((row or {}).get("NodeList")) or assigned_nodes((live or {}).get("NodeList"))
     names: List[str] = []
-    if node_list and node_list not in ("None assigned", "(null)"):
+    if node_list:
         try:
             names = backend.expand_hostlist(node_list)
         except Exception:  # noqa: BLE001 - a list we cannot expand is shown as it is

@@ -163,3 +163,25 @@ def test_a_delivery_round_reads_every_queued_job_with_one_sacct(tmp_path):
     reads = [call for call in backend.calls if call[0] == "accounting"]
     assert len(reads) == 2, reads                     # one read, then one read-back, for all ten
     assert len([call for call in backend.calls if call[0] == "set_admin_comment"]) == 10
+
+
+def test_a_node_list_that_names_no_node_falls_back_to_the_other_view(tmp_path):
+    """sacct's "None assigned" (a job still pending when the database took it) and scontrol's
+    "(null)" name no node: the other view's list is used, and the job is shown on its nodes."""
+    from healthcheck.slurm.backend import JobInfo, assigned_nodes
+    from slurm_hooks.jobview import gather
+    from .fake_backend import FakeBackend
+
+    assert [assigned_nodes(v) for v in ("(null)", "None assigned", "", None, "gpu[1-2]")] == ["", "", "", "", "gpu[1-2]"]
+
+    class Config:
+        state_dir = str(tmp_path)
+
+        @staticmethod
+        def section(name):
+            return {"accounting": False}
+    backend = FakeBackend(jobs=[JobInfo("88", {"JobId": "88", "JobState": "NODE_FAIL", "NodeList": "gpu3"})])
+    backend.accounting_rows = [{"JobID": "88", "JobIDRaw": "88", "State": "NODE_FAIL", "ExitCode": "0:0",
+                                "NodeList": "None assigned", "AdminComment": ""}]
+    view = gather(Config, "88", backend)
+    assert list(view["nodes"]) == ["gpu3"] and view["class"] == "NODE_FAIL"

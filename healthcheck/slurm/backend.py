@@ -11,6 +11,9 @@ from typing import Dict, List, Optional, Protocol, Tuple
 BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
 NOT_RESPONDING = "NOT_RESPONDING"
 DRAIN_FLAGS = ("DRAIN", "DRAINED", "DRAINING")
+# What Slurm prints for a job's NodeList when it holds no nodes: sacct's "None assigned", scontrol's
+# "(null)" (on 26.05 also for a NODE_FAIL job once its node is back: measured in the lab).
+NO_NODES = ("(null)", "None assigned")
 
 
 class SlurmError(Exception):
@@ -94,6 +97,11 @@ def local_epoch(text: str) -> Optional[float]:
         return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
     except (ValueError, OverflowError):
         return None
+
+
+def assigned_nodes(node_list: Optional[str]) -> str:
+    """A job's NodeList as Slurm printed it, or "" when it names no node (``NO_NODES``)."""
+    return "" if not node_list or node_list in NO_NODES else node_list
 
 
 def one_node(name: str) -> str:

@@ -17,6 +17,7 @@ from ..paths import LabPaths
 from ..releases import current
 from ..commands import run, slurm_env, slurm_gpu_argv
 from ..slurmcli import Slurm, is_final
+from healthcheck.slurm.backend import assigned_nodes
 from .results import JobResult
 from .table import Scenario
 
@@ -193,7 +194,9 @@ class LabSession:
         result.raw_job_id = row.get("JobIDRaw") or job_id
         result.exit_code = row["ExitCode"]
         result.elapsed = row["Elapsed"]
-        result.nodes = (info or {}).get("NodeList") or row["NodeList"]
+        # On 26.05 `scontrol --json show job` once gave a NODE_FAIL job no nodes (read as "(null)";
+        # a CI run): sacct's NodeList then.
+        result.nodes = assigned_nodes((info or {}).get("NodeList")) or row["NodeList"]
         result.partition = row["Partition"]
         result.admin_comment = row["AdminComment"]
         result.history = [r["State"] for r in self.slurm.sacct(job_id, duplicates=True)]
