@@ -662,6 +662,32 @@ def test_a_foreign_header_stops_the_workers_too(tmp_path):
         tally_file(str(path), Filters(), 2, [])
 
 
+def test_two_sacct_files_put_together_are_read_the_same_by_one_process_or_several(tmp_path, monkeypatch):
+    """`cat oct.txt nov.txt`: the second header is not a job, and a line that begins a reader's
+    byte range is read as one pass reads it (only the file's first line is checked as a header)."""
+    from slurm_hooks.summary import parallel
+
+    first, second, path = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "ab.txt"
+    generator().write_jobs(str(first), 800, seed=1)
+    generator().write_jobs(str(second), 800, seed=2)
+    apart = [parallel.tally_file(str(p), Filters(), 1, []) for p in (first, second)]
+    cut = first.stat().st_size                                 # where the second header begins
+    foreign = b"JobID|State|not our format\n"                  # a header-like line, not a header
+    path.write_bytes(first.read_bytes() + second.read_bytes() + foreign + second.read_bytes().split(b"\n", 1)[1])
+    one_pass = []
+    with open(path, "rb") as handle:
+        single = Tally()
+        single.add_chunks(accounting.row_blocks(handle, accounting.LineCap(), one_pass))
+    assert single.jobs == apart[0].jobs + 2 * apart[1].jobs and len(one_pass) == 1 and "not a sacct row" in one_pass[0]
+    assert single.unfinished == apart[0].unfinished + 2 * apart[1].unfinished   # a header is no job at all
+    size, foreign_at = path.stat().st_size, path.read_bytes().index(foreign)
+    monkeypatch.setattr(parallel, "byte_ranges", lambda p, n: [(0, cut), (cut, foreign_at), (foreign_at, size)])
+    for workers in (1, 2, 3):
+        problems = []
+        many = parallel.tally_file(str(path), Filters(), workers, problems)
+        assert problems == one_pass and build(many, {}, [], []) == build(single, {}, [], [])
+
+
 # -- sacct as the command runs it -----------------------------------------------------------------------
 def test_line_feed_puts_lines_back_together_across_chunks():
     from slurm_hooks.summary.accounting import LineFeed

@@ -202,9 +202,12 @@ class RowReader:
     are kept; ``finish`` adds the count). The line end stays on the last field (the job name):
     ``job_name`` strips it."""
 
-    def __init__(self, problems: List[str], delimiter: Optional[str] = None):
+    def __init__(self, problems: List[str], delimiter: Optional[str] = None, at_start: bool = True):
+        # ``at_start``: these lines begin the file, so the first one may be a header to check.
+        # A reader of a byte range further in reads its first line as any other: a file is
+        # read the same whether one process reads it or several (each its own ranges).
         self.problems, self.delimiter = problems, delimiter
-        self.first, self.bad = True, 0
+        self.first, self.bad = at_start, 0
 
     def rows(self, lines: List[str]) -> List[List[str]]:
         begin = 0

@@ -84,7 +84,7 @@ def _work(job: Job, queue: int) -> Result:
             index = int.from_bytes(token, "little")
             start, end = ranges[index]
             examples: List[str] = []
-            reader, cap = RowReader(examples, delimiter), LineCap(max_line)
+            reader, cap = RowReader(examples, delimiter, at_start=start == 0), LineCap(max_line)
             handle.seek(start)
             tally.add_chunks(row_blocks(handle, cap, examples, delimiter, start, end, reader=reader))
             done[index] = (examples, reader.bad, cap.skipped)
@@ -172,8 +172,8 @@ def _queue(count: int) -> int:
 def tally_file(path: str, filters: Filters, workers: int, problems: List[str],
                cap: Optional[LineCap] = None) -> Tally:
     """The tally of a whole file read by ``workers`` processes: this one and forked children,
-    each taking ranges from a shared queue until none are left (the first range's reader
-    checks the header); lines past ``cap`` are counted into it. What was not a row is told as
+    each taking ranges from a shared queue until none are left (the reader of the range at
+    byte 0 checks the header); lines past ``cap`` are counted into it. What was not a row is told as
     one pass would tell it: the first examples in the file, then the count."""
     cap = cap if cap is not None else LineCap()
     delimiter = detect_delimiter(_first_line(path))

@@ -13,10 +13,10 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, getitem, is_not, itemgetter, mul
+from operator import add, getitem, is_not, itemgetter, mul, not_
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
-from .accounting import MAX_ELAPSED_S, MAX_JOB_GPUS, job_name
+from .accounting import MAX_ELAPSED_S, MAX_JOB_GPUS, SACCT_FIELDS, job_name
 from .rows import (
     I_ACCOUNT,
     I_ADMIN,
@@ -113,14 +113,19 @@ def _add_counts(mine: Dict, theirs: Dict) -> None:
         mine[key] = mine.get(key, 0) + count
 
 
+# A header further in (two sacct runs' files put together) reads as a row: its State is this.
+HEADER_STATE = SACCT_FIELDS[I_STATE]
+
+
 class _StateKeys(dict):
     """sacct State -> the tally key of a job classified from accounting alone ("|S" + first
-    word); None for the State of a job that has not ended."""
+    word); None for the State of a job that has not ended, and for a header's (not a job)."""
 
     def __missing__(self, state: str) -> Optional[str]:
         if len(self) >= NODE_CACHE_LIMIT:
             self.clear()
-        key = self[state] = None if state in UNFINISHED else "|" + SOURCE_KEY_ACCOUNTING + state_word(state)
+        not_ended = state in UNFINISHED or state == HEADER_STATE
+        key = self[state] = None if not_ended else "|" + SOURCE_KEY_ACCOUNTING + state_word(state)
         return key
 
 
@@ -224,11 +229,11 @@ class Tally:
         # Column by column, each step one C-level pass over the chunk (map, compress, Counter);
         # Python-level steps only for the rows that need more (filters, entries read in full).
         keys = list(map(self._state_keys.__getitem__, map(_STATE, rows)))
-        if None in keys:                  # jobs that have not ended: not endings
+        if None in keys:                  # jobs that have not ended, headers: not endings
             ended = list(map(is_not, keys, repeat(None)))
-            before = len(rows)
+            dropped = list(map(_STATE, compress(rows, map(not_, ended))))
             rows, keys = list(compress(rows, ended)), list(compress(keys, ended))
-            self.unfinished += before - len(rows)
+            self.unfinished += len(dropped) - dropped.count(HEADER_STATE)
         f = self.filters
         if f.since or f.until or f.users or f.accounts or f.partitions or f.states or f.job_ids or f.nodes:
             rows, keys = self._select(rows, keys)
