@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -33,3 +34,10 @@ def test_bench_run_tiny_writes_every_key(tmp_path):
     assert set(results["hooks_served_fell_back"].values()) == {0}, results["hooks_served_fell_back"]
     for key in KEYS:
         assert key in done.stdout                              # the printed table names every key
+    # The spread: each paired figure is the median of its rounds, which are written too.
+    paired = [key for key in KEYS if key.endswith(("_vs_floor", "_vs_grep"))]
+    assert set(results["rounds"]) == set(paired)
+    for key in paired:
+        each = results["rounds"][key]
+        assert each and abs(statistics.median(each) - results[key]) <= 0.001, (key, each)
+        assert f"{min(each):g}-{max(each):g}" in done.stdout
