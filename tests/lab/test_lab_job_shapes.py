@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional
+import time
+from typing import Any, Dict, List, Optional
 
 import pytest
 
 from healthcheck.records import admin_comment as ac
 
 from .conftest import slurm_gpu, wait_for
+
+SETTLE_S = 3.0                   # how long a job's rows must stay unchanged before a test writes to one
 
 pytestmark = pytest.mark.lab
 
@@ -87,10 +90,17 @@ def _entry_lands_on_one_row_alone(lab, job: str, rows_wanted: int, target: str, 
     from slurm_hooks.delivery import SlurmAccounting
     from slurm_hooks.lab.commands import slurm_env
 
+    seen: Dict[str, Any] = {"rows": None, "since": 0.0}
+
     def every_entry() -> Optional[Dict[str, Dict[str, str]]]:
+        # Every row with its entry, and no row changed for a few seconds: a delivery still under
+        # way (a node epilog's background round, a settled class) would change a row under the test.
         rows = {r["JobIDRaw"]: r for r in sacct(lab, job, "JobID,JobIDRaw,NodeList,AdminComment")}
-        return rows if len(rows) == rows_wanted and all(ac.parse(r["AdminComment"]) for r in rows.values()) else None
-    rows = wait_for(f"job {job}'s {rows_wanted} entries", every_entry, timeout=90)
+        if rows != seen["rows"]:
+            seen.update(rows=rows, since=time.monotonic())
+        settled = time.monotonic() - seen["since"] >= SETTLE_S
+        return rows if settled and len(rows) == rows_wanted and all(ac.parse(r["AdminComment"]) for r in rows.values()) else None
+    rows = wait_for(f"job {job}'s {rows_wanted} entries, unchanged for {SETTLE_S:g} s", every_entry, timeout=90)
     backend = CliBackend(bin_dir=lab.paths.bin, slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=30)
     entry = {"node": node, "class": "NODE_FAIL"}
     written = outbox.write_entries(SlurmAccounting(backend), target, [entry], outbox.DeliverySettings(jitter_s=0))
