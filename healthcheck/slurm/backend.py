@@ -11,8 +11,8 @@ from typing import Dict, List, Optional, Protocol, Tuple
 BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
 NOT_RESPONDING = "NOT_RESPONDING"
 DRAIN_FLAGS = ("DRAIN", "DRAINED", "DRAINING")
-# What Slurm prints for a job's NodeList when it holds no nodes: sacct's "None assigned", scontrol's
-# "(null)" (on 26.05 also for a NODE_FAIL job once its node is back: measured in the lab).
+# What a job's NodeList says when it names no node: sacct's "None assigned", scontrol's "(null)"
+# (CliBackend's too, for a job that `scontrol --json` gives no nodes: a NODE_FAIL job on 26.05, once).
 NO_NODES = ("(null)", "None assigned")
 
 

@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from healthcheck.slurm.backend import assigned_nodes
+
 from .. import LabError
 from .. import daemons as D
 from .. import paths as P
@@ -17,7 +19,6 @@ from ..paths import LabPaths
 from ..releases import current
 from ..commands import run, slurm_env, slurm_gpu_argv
 from ..slurmcli import Slurm, is_final
-from healthcheck.slurm.backend import assigned_nodes
 from .results import JobResult
 from .table import Scenario
 
