@@ -166,3 +166,34 @@ def test_every_number_at_its_maximum_is_accepted_and_breaks_nothing(tmp_path, is
                       os.path.join(SIM_PROFILES, "h100-healthy.toml")])
     assert result.exit_code in (0, 1), result.output
     assert "Traceback" not in result.output + result.stderr and "Overflow" not in result.stderr
+
+
+def test_an_older_key_maps_onto_its_new_key_with_one_line(tmp_path, monkeypatch):
+    from healthcheck.config import keys
+
+    monkeypatch.setitem(keys.DEPRECATED_KEYS, "watch.poll_s", ("watch.max_cpu", "set [watch] max_cpu"))
+    path = write(tmp_path, "[watch]\npoll_s = 0.5\n")
+    cfg = Config.load(path)
+    assert cfg.section("watch")["max_cpu"] == 0.5
+    assert cfg.deprecations() == [f"{path}: watch.poll_s: deprecated; set [watch] max_cpu"]
+    result = run_cli(["config", "check", path])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == cfg.deprecations()
+    # The new key, when the file sets it too, wins.
+    both = Config.load(write(tmp_path, "[watch]\npoll_s = 0.5\nmax_cpu = 0.2\n"))
+    assert both.section("watch")["max_cpu"] == 0.2
+
+
+def test_every_older_key_is_in_the_docs_table():
+    from healthcheck.config.keys import CONFIG_SCHEMA, DEPRECATED_KEYS
+
+    text = open(os.path.join(os.path.dirname(ETC), "docs", "configuration.md"), encoding="utf-8").read()
+    table = text.split("## Older keys", 1)[1]
+    rows = {line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")}
+    assert rows == set(DEPRECATED_KEYS)
+    for old, (new, _) in DEPRECATED_KEYS.items():
+        section, _, key = old.partition(".")
+        assert key in CONFIG_SCHEMA[section], old          # still accepted
+        if new:
+            new_section, _, new_key = new.partition(".")
+            assert new_key in CONFIG_SCHEMA[new_section], new

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from ..findings import action_for
 from ..safeio import datafiles, tomlio
 from ..schema import Problem, merge, validate
-from .keys import CONFIG_SCHEMA, TIERS, cross_checks, node_matches
+from .keys import CONFIG_SCHEMA, TIERS, cross_checks, map_deprecated, node_matches
 
 __all__ = ["CONFIG_SCHEMA", "TIERS", "Config", "ConfigError", "builtin_defaults", "config_path", "node_name",
            "read_document"]
@@ -108,12 +108,17 @@ class Config:
             problems = cross_checks(doc, defaults)
         if problems:
             raise ConfigError(path or "(built-in)", problems)
+        doc, _ = map_deprecated(doc)
         return cls(merge(defaults, doc), path, doc)
 
     # -- access ---------------------------------------------------------------------------
     def sets(self, section: str, key: str) -> bool:
         """Whether the admin's file gives ``[section] key`` (rather than the built-in default)."""
         return key in self.document.get(section, {})
+
+    def deprecations(self) -> List[str]:
+        """One line for each older key the admin's file sets (``keys.DEPRECATED_KEYS``)."""
+        return [f"{self.path}: {key}: deprecated; {instead}" for key, instead in map_deprecated(self.document)[1]]
 
     def section(self, name: str) -> Dict[str, Any]:
         return self.data.get(name, {})

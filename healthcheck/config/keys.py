@@ -5,7 +5,7 @@ cross-checks against the check registry and the built-in defaults. Pure: no file
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..facts import NVML_DRIVER_FACTS
 from ..findings import ACTIONS
@@ -287,6 +287,32 @@ CONFIG_SCHEMA: Dict[str, Any] = {
                             doc="seconds, below Slurm's PrologEpilogTimeout"),
     },
 }
+
+
+# Keys an older release's config may hold, still accepted: "section.key" -> (the key that now says
+# the same, or "" for a key that no longer does anything; what to do instead). A config that sets
+# one loads as if it had set the new key (when it does not set that one itself), and `slurm-gpu
+# config check` says so in one line per key (docs/configuration.md, "Older keys").
+DEPRECATED_KEYS: Dict[str, Tuple[str, str]] = {
+}
+
+
+def map_deprecated(doc: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[str, str]]]:
+    """``doc`` with each deprecated key it sets carried onto its new key, and (old key, what to do
+    instead) for each; the old keys stay (their schema still validates them)."""
+    found: List[Tuple[str, str]] = []
+    mapped = doc
+    for old, (new, instead) in DEPRECATED_KEYS.items():
+        section, _, key = old.partition(".")
+        if key not in doc.get(section, {}):     # validated: every section is a table
+            continue
+        found.append((old, instead))
+        new_section, _, new_key = new.partition(".")
+        if new and new_key not in mapped.get(new_section, {}):
+            if mapped is doc:
+                mapped = {name: dict(value) if isinstance(value, dict) else value for name, value in doc.items()}
+            mapped.setdefault(new_section, {})[new_key] = doc[section][key]
+    return mapped, found
 
 
 def cross_checks(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem]:

@@ -61,6 +61,8 @@ def check(path: Optional[str], config_path: Optional[str], as_json: bool) -> Non
         for line in problems:
             click.echo(line, err=True)
         raise click.exceptions.Exit(EXIT_USAGE)
+    for line in cfg.deprecations():
+        click.echo(line, err=True)
     click.echo(f"# effective configuration ({cfg.path or 'built-in defaults'})")
     click.echo(cfg.as_toml(), nl=False)
 
@@ -78,7 +80,8 @@ def _check_json(path: Optional[str]) -> None:
                "problems": exc.lines(), "config": None}
     else:
         problems = referenced_file_problems(cfg)
-        doc = {"path": cfg.path, "ok": not problems, "problems": problems, "config": None if problems else cfg.data}
+        doc = {"path": cfg.path, "ok": not problems, "problems": problems, "config": None if problems else cfg.data,
+               "deprecated": cfg.deprecations()}
     click.echo(json.dumps(versioned(doc), indent=2, sort_keys=False))
     if not doc["ok"]:
         raise click.exceptions.Exit(EXIT_USAGE)
