@@ -48,11 +48,19 @@ def parse(argv: Optional[Sequence[str]]):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # Served by the node's hook server, else run here (the import order: client.hook_main).
-    from .hooklib.client import hook_main
+    # Each import no earlier than it is needed: the NVML probe's stand-by child first (it imports
+    # the binding while this process loads its code: probes/standby.py), then the collector off
+    # (one short process: nogc.py), then the skeleton and, through ``_start`` and ``_body``, the rest.
+    from .probes.standby import standby
 
-    return hook_main("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
-                     on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+    with standby():
+        from .hooklib.nogc import short_process
+
+        with short_process():
+            from .hooklib.skeleton import serve
+
+            return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
+                         on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 
 def _start(argv: Optional[Sequence[str]]):

@@ -35,9 +35,6 @@ def isolated_env(monkeypatch):
     """No config or node name leaks in from the machine running the tests."""
     for name in ("SLURM_GPU_HOOKS_CONFIG", "SLURMD_NODENAME", "SLURM_JOB_ID"):
         monkeypatch.delenv(name, raising=False)
-    # Nor a hook server this machine may run: the hooks run in the test's process
-    # (tests/test_hookserver.py starts its own servers).
-    monkeypatch.setenv("SLURM_GPU_HOOKS_SOCKET", "")
     return monkeypatch
 
 

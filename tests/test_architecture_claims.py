@@ -129,7 +129,6 @@ RAW_WRITERS = {
     "healthcheck.records.store": "an empty marker",
     "healthcheck.records.outbox": "the outbox's lock",
     "healthcheck.probes.child": "/dev/null for a probe's child",
-    "healthcheck.hooklib.client": "/dev/null in place of a closed stdin/stdout/stderr handed to the hook server",
 }
 
 

@@ -29,9 +29,12 @@ def test_bench_run_tiny_writes_every_key(tmp_path):
     assert results["mode"] == "tiny" and results["interpreter"] == sys.executable
     assert "hook_failures" not in results, results.get("hook_failures")
     assert "xid_to_drain_failures" not in results, results.get("xid_to_drain_failures")
-    # The hooks as deployed: served by slurm-gpu-watch's hook server, none of them run in process.
-    assert results["hooks_served"] is True
-    assert set(results["hooks_served_fell_back"].values()) == {0}, results["hooks_served_fell_back"]
+    # The hooks as Slurm runs them (fork-exec): the older *_standalone_* names say the same figures.
+    for hook in ("prolog", "epilog", "healthcheck"):
+        assert results[f"{hook}_standalone_vs_floor"] == results[f"{hook}_vs_floor"], hook
+        assert results["rounds"][f"{hook}_standalone_vs_floor"] == results["rounds"][f"{hook}_vs_floor"], hook
+        assert results[f"{hook}_standalone_ms"] == results[f"{hook}_ms"], hook
+    assert not any("served" in key or "hook_server" in key for key in results), sorted(results)
     for key in KEYS:
         assert key in done.stdout                              # the printed table names every key
     # The spread: each paired figure is the median of its rounds, which are written too.
@@ -41,3 +44,34 @@ def test_bench_run_tiny_writes_every_key(tmp_path):
         each = results["rounds"][key]
         assert each and abs(statistics.median(each) - results[key]) <= 0.001, (key, each)
         assert f"{min(each):g}-{max(each):g}" in done.stdout
+
+
+def _bench_module():
+    """bench/run as a module (not run): its table of keys and targets."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("bench_run", os.path.join(ROOT, "bench", "run"))
+    spec = importlib.util.spec_from_loader("bench_run", loader)
+    module = importlib.util.module_from_spec(spec)
+    old = os.environ.get("SLURM_GPU_BENCH_NO_REEXEC")
+    os.environ["SLURM_GPU_BENCH_NO_REEXEC"] = "1"
+    try:
+        loader.exec_module(module)
+    finally:
+        if old is None:
+            del os.environ["SLURM_GPU_BENCH_NO_REEXEC"]
+        else:
+            os.environ["SLURM_GPU_BENCH_NO_REEXEC"] = old
+    return module
+
+
+def test_the_standalone_keys_are_aliases_of_the_hooks_keys_with_the_same_targets():
+    """The hooks run one way (as Slurm fork-execs them): ``prolog_vs_floor`` and the older
+    ``prolog_standalone_vs_floor`` name one figure, judged against one target."""
+    bench = _bench_module()
+    assert set(KEYS) <= set(bench.KEYS)
+    for hook in ("prolog", "epilog", "healthcheck"):
+        assert bench.STANDALONE[f"{hook}_standalone_vs_floor"] == f"{hook}_vs_floor"
+        assert bench.TARGETS[f"{hook}_standalone_vs_floor"] == bench.TARGETS[f"{hook}_vs_floor"]
+    assert not hasattr(bench, "HookServer")

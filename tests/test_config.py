@@ -1,6 +1,7 @@
 """``slurm-gpu config check`` and the config loader: every problem is one clear line, exit 2."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -182,6 +183,23 @@ def test_an_older_key_maps_onto_its_new_key_with_one_line(tmp_path, monkeypatch)
     # The new key, when the file sets it too, wins.
     both = Config.load(write(tmp_path, "[watch]\npoll_s = 0.5\nmax_cpu = 0.2\n"))
     assert both.section("watch")["max_cpu"] == 0.2
+
+
+@pytest.mark.parametrize("line", ["serve_hooks = true", 'hook_socket = "/run/slurm-gpu-hooks/hooks.sock"'])
+def test_a_retired_hook_server_key_loads_with_one_deprecation_line(tmp_path, line):
+    """``[watch] serve_hooks``/``hook_socket`` (the hook server, retired): a site's config still
+    loads and checks clean, with one line saying the key does nothing."""
+    key = line.split(" ", 1)[0]
+    path = write(tmp_path, f"[watch]\n{line}\n")
+    cfg = Config.load(path)
+    (line_said,) = cfg.deprecations()
+    assert line_said.startswith(f"{path}: watch.{key}: deprecated; no effect"), line_said
+    result = run_cli(["config", "check", path])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == cfg.deprecations()
+    json_result = run_cli(["config", "check", "--json", path])
+    assert json_result.exit_code == 0, json_result.output
+    assert json.loads(json_result.stdout)["deprecated"] == cfg.deprecations()
 
 
 def test_every_older_key_is_in_the_docs_table():

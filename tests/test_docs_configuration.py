@@ -8,6 +8,7 @@ from typing import Any, Dict, Iterator, Set, Tuple
 
 from healthcheck.safeio import tomlio
 from healthcheck.config import CONFIG_SCHEMA, TIERS, builtin_defaults
+from healthcheck.config.keys import DEPRECATED_KEYS
 from healthcheck.schema import Field
 
 from .conftest import ROOT
@@ -81,7 +82,8 @@ def _default(dotted: str) -> Any:
 
 
 def test_every_key_the_validator_knows_is_documented():
-    documented = {key for key, _ in documented_rows()}
+    # An older key (keys.DEPRECATED_KEYS) is documented in the page's "Older keys" table instead.
+    documented = {key for key, _ in documented_rows()} | set(DEPRECATED_KEYS)
     missing = sorted(schema_keys() - documented)
     assert not missing, f"docs/configuration.md lacks a row for: {', '.join(missing)}"
 

@@ -213,37 +213,3 @@ def test_the_taskprolog_wrapper_lets_the_task_run_when_its_user_cannot_start_the
     assert done.returncode == 0 and done.stdout == "" and done.stderr
     # every other hook still execs (its exit status is Slurm's signal)
     assert render.hook_wrapper(LAB, "epilog", options()).rstrip().splitlines()[-1].startswith("exec ")
-
-
-def _socket_of(tmp_path, hook: str, *env: str) -> str:
-    """What the wrapper of ``hook`` exports as SLURM_GPU_HOOKS_SOCKET ("unset" when nothing)."""
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir(exist_ok=True)
-    script = fake_bin / render.HOOKS[hook][1]
-    script.write_text('#!/bin/sh\necho "SOCKET=${SLURM_GPU_HOOKS_SOCKET-unset}"\n')
-    script.chmod(0o755)
-    wrapper = tmp_path / f"{hook}.wrapper"
-    wrapper.write_text(render.hook_wrapper(LabPaths(str(tmp_path / "lab")), hook, options(bin_dir=str(fake_bin))))
-    wrapper.chmod(0o755)
-    done = subprocess.run(["/usr/bin/env", "-i", *env, str(wrapper)], capture_output=True, text=True, timeout=10)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1].partition("=")[2]
-
-
-def test_the_served_hooks_wrappers_name_their_nodes_hook_socket_and_the_others_none(tmp_path):
-    """Several nodes on one host: each prolog, epilog and health check asks its own node's hook
-    server (``[watch] hook_socket`` with ``{node}``); nothing listens there unless a test starts a
-    serving watcher, and the hooks then run in process at once."""
-    lab = LabPaths(str(tmp_path / "lab"))
-    for hook in render.SERVED_HOOKS:
-        assert _socket_of(tmp_path, hook, "SLURMD_NODENAME=gpu2") == lab.hook_socket("gpu2") \
-            == os.path.join(lab.run, "hooks", "gpu2.sock")
-    assert _socket_of(tmp_path, "taskprolog", "SLURMD_NODENAME=gpu2") == "unset"
-    assert _socket_of(tmp_path, "epilog-slurmctld") == "unset"
-
-
-@pytest.mark.parametrize("name", ["", "../gpu1", "gpu 1", "gpu1;touch x", "$(touch x)", ".hidden", "gpu/1", "*"])
-def test_a_node_name_unfit_for_a_path_gets_no_hook_socket(tmp_path, name):
-    """Built at run time without eval: an odd name exports an empty socket (never ask a server)."""
-    assert _socket_of(tmp_path, "prolog", f"SLURMD_NODENAME={name}") == ""
-    assert not (tmp_path / "x").exists()

@@ -275,8 +275,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "max_cpu": Field(float, minimum=0.01, maximum=1.0, doc="a share of one core, 0.01 to 1"),
         "program": Field(str, doc="an absolute path; empty: slurm-gpu-healthcheck beside slurm-gpu-watch"),
         "nvml_events": Field(bool),
-        "serve_hooks": Field(bool, doc="the watcher serves the prolog, epilog and health check over hook_socket"),
-        "hook_socket": Field(str, doc="an absolute path of a Unix socket in a directory only root enters; {node}: the node's name"),
+        "serve_hooks": Field(bool, doc="no longer used: the hooks run in their own process (DEPRECATED_KEYS)"),
+        "hook_socket": Field(str, doc="no longer used: the hooks run in their own process (DEPRECATED_KEYS)"),
         "after_boot_s": Field(float, minimum=0, maximum=86400.0,
                               doc="seconds; 0: the watcher does not follow a boot our drain waits for"),
     },
@@ -294,6 +294,9 @@ CONFIG_SCHEMA: Dict[str, Any] = {
 # one loads as if it had set the new key (when it does not set that one itself), and `slurm-gpu
 # config check` says so in one line per key (docs/configuration.md, "Older keys").
 DEPRECATED_KEYS: Dict[str, Tuple[str, str]] = {
+    # The hook server was retired (issue 29): Slurm fork-execs every hook, one code path.
+    "watch.serve_hooks": ("", "no effect: the hooks always run in their own process; remove it"),
+    "watch.hook_socket": ("", "no effect: there is no hook server; remove it"),
 }
 
 

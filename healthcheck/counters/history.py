@@ -4,20 +4,14 @@ the growth checks (the arithmetic is ``healthcheck/counters/growth_rate.py``).
 ``{"version": 1, "series": {KEY: [[unix_time, value], ...]}}``. Reading and saving are apart:
 the runner loads the series for the checks, and the samples of this run are added only when
 the caller commits, after it has acted on what the checks found.
-
-Served (``healthcheck/watch/hookserver.py``): the hook server keeps the series of the files its
-health-check children read, parsed and checked (``PARSED``, refreshed by ``refresh`` in the server
-between requests), and a child forked from it takes them instead of parsing the file again only
-when the file holds exactly the bytes they were parsed from: a copy is never stale, it is unused.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..safeio.fsutil import (FILE_MODE, atomic_write, ensure_dir, ensure_state_dir, locked, path_component,
-                             read_state_bytes, state_json)
+from ..safeio.fsutil import FILE_MODE, atomic_write, ensure_dir, ensure_state_dir, locked, path_component, read_state_json
 from .growth_rate import Series, add_samples
 from ..safeio.jsontypes import is_number
 
@@ -36,67 +30,6 @@ def history_problem(doc: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-# The hook server's parsed copies: path -> (the file's bytes, the series parsed from exactly them).
-PARSED: Dict[str, Tuple[bytes, Dict[str, Series]]] = {}
-MAX_PARSED = 16
-# path -> the file's lstat (``_stat_identity``) taken just before the bytes in PARSED were read:
-# the server's idle refresh reads a file again only when that changed. Only the server's cost
-# rides on it; what a child uses is decided by comparing bytes (``CounterHistory.load``).
-SEEN: Dict[str, Tuple[int, ...]] = {}
-READ: List[str] = []        # the histories this process loaded (a server's child tells the server)
-
-
-def parse(doc: Dict[str, Any]) -> Dict[str, Series]:
-    """The series of a checked history document."""
-    return {key: [[float(t), float(v)] for t, v in value] for key, value in doc["series"].items()}
-
-
-def refresh(paths) -> int:
-    """In the hook server, between requests: keep each history's series parsed, for the bytes the
-    file holds now (read as a run reads it; a file that is not a history is dropped, never set
-    aside: that is its writer's). A file whose lstat is what it was when its kept bytes were read
-    is not read again (the server refreshes twice a second when idle: a node's history is ~90 KB).
-    Returns how many were parsed afresh."""
-    parsed = 0
-    for path in dict.fromkeys(paths):
-        identity = _stat_identity(path)
-        kept = PARSED.pop(path, None)
-        seen = SEEN.pop(path, None)
-        if identity is None:
-            continue
-        if kept is None or seen != identity:
-            # Taken before the read: a write after it changes the lstat, and the next refresh reads.
-            raw, _problem = read_state_bytes(path)
-            if raw is None:
-                continue
-            if kept is None or kept[0] != raw:
-                doc = state_json(path, raw, None, history_problem, read_only=True)
-                if doc is None:
-                    continue
-                kept = (raw, parse(doc))
-                parsed += 1
-        PARSED[path], SEEN[path] = kept, identity
-        while len(PARSED) > MAX_PARSED:
-            oldest = next(iter(PARSED))
-            PARSED.pop(oldest)
-            SEEN.pop(oldest, None)
-    return parsed
-
-
-def _stat_identity(path: str) -> Optional[Tuple[int, ...]]:
-    """What changes when a file is replaced, rewritten, re-owned or chmod-ed (ctime: also when its
-    mtime was set back); None when there is nothing there."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    return (info.st_dev, info.st_ino, info.st_mode, info.st_uid, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-def _copy(series: Dict[str, Series]) -> Dict[str, Series]:
-    return {key: [sample[:] for sample in value] for key, value in series.items()}
-
-
 class CounterHistory:
     """One node's counter history in the state dir (mode 0640, never through a symlink)."""
 
@@ -107,27 +40,26 @@ class CounterHistory:
         self._loaded: Optional[Tuple[Tuple[int, ...], Dict[str, Series]]] = None
 
     def _identity(self) -> Optional[Tuple[int, ...]]:
-        return _stat_identity(self.path)
+        """What changes when the file is replaced, rewritten, re-owned or chmod-ed (ctime: also
+        when its mtime was set back); None when there is nothing there."""
+        try:
+            info = os.lstat(self.path)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino, info.st_mode, info.st_uid, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
     def load(self) -> Dict[str, Series]:
         """The saved series; none (a new baseline) when the file is absent or not ours, or set
         aside as ``<file>.corrupt`` when it does not match its schema."""
         identity = self._identity()
-        raw, problem = read_state_bytes(self.path)
-        if self.path not in READ:
-            READ.append(self.path)
-        kept = PARSED.get(self.path)
-        if raw is not None and kept is not None and kept[0] == raw:
-            series = _copy(kept[1])          # parsed and checked from these very bytes
-        else:
-            doc = state_json(self.path, raw, problem, history_problem)
-            if doc is None:
-                self._loaded = None
-                return {}
-            series = parse(doc)
+        doc = read_state_json(self.path, history_problem)
+        if doc is None:
+            self._loaded = None
+            return {}
+        series = {key: [[float(t), float(v)] for t, v in value] for key, value in doc["series"].items()}
         # Kept for ``record``: the same file (the commit of this run) is not read and checked again.
         self._loaded = (identity, series) if identity is not None else None
-        return _copy(series)
+        return {key: [sample[:] for sample in value] for key, value in series.items()}
 
     def record(self, samples: Mapping[str, Tuple[float, float]], now: float) -> None:
         """Add ``{key: (value, window_s)}`` at ``now`` (the commit of one run's samples). The file

@@ -12,8 +12,8 @@ The four entry points (prolog, epilog, health check, TaskProlog) are composition
 
             return serve("taskprolog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start)
 
-(the prolog, epilog and health check through ``client.hook_main``, which asks the node's hook
-server first and forks the NVML probe's stand-by child before it does the same).
+(the prolog, epilog and health check fork the NVML probe's stand-by child first:
+``probes/standby.py``).
 
 ``start(argv)`` loads the config and names the run (``HookRun``; an int ends the hook with that
 status: no config, bad arguments), ``_body(run)`` does the hook's work and returns its
@@ -230,12 +230,6 @@ def journal(config: Config, hook: str, node: str, job_id: Optional[str], **detai
     """Record that a hook ran; a journal that cannot be written is said once, never fatal."""
     from .runlog import record_run
 
-    # Run in a hook server's child (``[watch] serve_hooks``): said in the entry, so an admin (and
-    # the lab's tests) can tell a served run from one in the hook's own process. Looked up, never
-    # imported: a hook that never asked a server has no client module loaded.
-    client = sys.modules.get(f"{__package__}.client")
-    if client is not None and client.SERVING:
-        detail.setdefault("served", True)
     try:
         record_run(config.state_dir, hook, node, job_id, **detail)
     except (OSError, ValueError) as exc:     # ValueError: a node name unusable as a file name

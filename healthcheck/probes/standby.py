@@ -11,8 +11,7 @@ what to run from a pipe (a module, a function and its arguments, pickled: our ow
 talking to its own fork) and answers on another with ``ChildProbe``'s frames.
 
 A hook that ends without handing it a probe closes its pipe: the child exits. Imports only
-``os`` before the fork. A process that has imported it all already (a hook server's child,
-``healthcheck/watch/hookserver.py``: ``PRELOADED``) forks none: its probe forks its own child.
+``os`` before the fork.
 """
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ import os
 # pids of those told to go, for ``deadline.reap_answered``.
 _READY: list = []
 LEAVING: list = []
-PRELOADED: list = []             # non-empty: this process has imported it all already (a hook server's child)
 
 
 class standby:
@@ -33,8 +31,7 @@ class standby:
         self.preload = tuple(preload)
 
     def __enter__(self) -> "standby":
-        # Nothing to import ahead (a hook server's child has it all): the probe forks its own child.
-        if not _READY and not PRELOADED:
+        if not _READY:
             _fork(self.preload)
         return self
 

@@ -242,39 +242,23 @@ def read_state_json(path: str, problem_of: Optional[Callable[[Dict[str, Any]], O
     that the caller rebuilds it. ``read_only``: a reader that never writes (slurm-gpu-watch)
     gets None for such a file and leaves it for its writer to set aside.
     """
-    raw, problem = read_state_bytes(path)
-    return state_json(path, raw, problem, problem_of, read_only)
-
-
-def read_state_bytes(path: str) -> Tuple[Optional[bytes], Optional[str]]:
-    """A state file's bytes, as ``read_state_json`` reads them: (bytes, None); (None, a problem)
-    for a file of ours that is too big; (None, None) when it is absent or not ours."""
+    data: Any = None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return None, None
+        return None
     try:
         info = os.fstat(fd)
         if not _is_ours(info):
-            return None, None
+            return None
         if info.st_size > MAX_STATE_BYTES:
-            return None, f"larger than {MAX_STATE_BYTES} bytes"
-        return _read_all(fd), None
+            problem: Optional[str] = f"larger than {MAX_STATE_BYTES} bytes"
+        else:
+            data, problem = _parse_json(_read_all(fd))
     except OSError:
-        return None, None
+        return None
     finally:
         os.close(fd)
-
-
-def state_json(path: str, raw: Optional[bytes], problem: Optional[str],
-               problem_of: Optional[Callable[[Dict[str, Any]], Optional[str]]] = None,
-               read_only: bool = False) -> Optional[Dict[str, Any]]:
-    """``read_state_json`` of what ``read_state_bytes`` read from ``path``."""
-    if raw is None and problem is None:
-        return None
-    data: Any = None
-    if problem is None:
-        data, problem = _parse_json(raw)
     if problem is None and not isinstance(data, dict):
         problem = f"a JSON {type(data).__name__}, not an object"
     if problem is None and problem_of is not None:

@@ -1,6 +1,5 @@
 """``slurm-gpu-watch``: a resident watcher that runs the health check as soon as the kernel log
-reports a GPU fault (``service``), the pure rules of when it does (``trigger``), and the hook
-server it may fork (``hookserver``)."""
+reports a GPU fault (``service``) and the pure rules of when it does (``trigger``)."""
 import sys
 
 PROG = "slurm-gpu-watch"

@@ -41,15 +41,12 @@ BOOT_LOOK_S = 2.0                # how often the boot id is read (a small file)
 class WatchSettings:
     """The ``[watch]`` section."""
 
-    __slots__ = ("poll_s", "min_interval_s", "max_cpu", "program", "nvml_events", "serve_hooks", "hook_socket",
-                 "after_boot_s")
+    __slots__ = ("poll_s", "min_interval_s", "max_cpu", "program", "nvml_events", "after_boot_s")
 
     def __init__(self, poll_s: float = 0.5, min_interval_s: float = 5.0, max_cpu: float = 0.1,
-                 program: str = "", nvml_events: bool = True, serve_hooks: bool = False,
-                 hook_socket: str = "/run/slurm-gpu-hooks/hooks.sock", after_boot_s: float = 600.0):
+                 program: str = "", nvml_events: bool = True, after_boot_s: float = 600.0):
         self.poll_s, self.min_interval_s, self.max_cpu = poll_s, min_interval_s, max_cpu
         self.program, self.nvml_events = program, nvml_events
-        self.serve_hooks, self.hook_socket = serve_hooks, hook_socket
         self.after_boot_s = after_boot_s
 
     @classmethod
@@ -61,8 +58,6 @@ class WatchSettings:
                    max_cpu=float(section.get("max_cpu", default.max_cpu)),
                    program=str(section.get("program", default.program)),
                    nvml_events=bool(section.get("nvml_events", default.nvml_events)),
-                   serve_hooks=bool(section.get("serve_hooks", default.serve_hooks)),
-                   hook_socket=str(section.get("hook_socket", default.hook_socket)),
                    after_boot_s=float(section.get("after_boot_s", default.after_boot_s)))
 
 
@@ -399,53 +394,6 @@ def default_program() -> List[str]:
     return [sys.executable, "-I", "-c", "import sys; from healthcheck.healthcheck import main; sys.exit(main())"]
 
 
-def hook_socket(settings: WatchSettings, node: str) -> str:
-    """``[watch] hook_socket`` with ``{node}`` replaced by this watcher's node name (several
-    nodes on one host, as in the lab, need one socket each); ``node`` is a checked path component."""
-    return settings.hook_socket.replace("{node}", node)
-
-
-def start_hook_server(settings: WatchSettings, config: Any, node: str) -> Optional[int]:
-    """The hook server's pid (``hookserver.py``), or None after one line: the hooks run in process.
-    It imports the node's NVML binding (``sources``), never initialised."""
-    path = hook_socket(settings, node)
-    if not os.path.isabs(path):
-        say(f"[watch] hook_socket must be an absolute path, not {path!r}; not serving the hooks")
-        return None
-    from .hookserver import start
-
-    try:
-        from ..sources import node_sources
-
-        binding = node_sources(config, node).nvml.spec
-    except Exception:  # noqa: BLE001 - the hooks' own probes say what is wrong with the node
-        binding = None
-    return start(path, binding)
-
-
-def stop_hook_server(pid: Optional[int]) -> None:
-    """SIGTERM, then up to 5 s for it to go (a hook run it started goes on in its own group)."""
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        return
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                return
-        except ChildProcessError:
-            return
-        time.sleep(0.02)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except OSError:
-        pass
-
-
 def child_environment(node: str, config_path: Optional[str], env: Dict[str, str]) -> Dict[str, str]:
     """What slurmd gives a HealthCheckProgram (``SLURMD_NODENAME`` only), plus the config this
     watcher uses and ``SLURM_CONF`` when the watcher was given them."""
@@ -496,9 +444,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     settings = WatchSettings.from_config(config)
-    # The hook server is forked now: before the NVML event thread (a process that forks hook
-    # children must never have initialised NVML) and before any other thread or descriptor.
-    hook_server = start_hook_server(settings, config, node) if settings.serve_hooks and not args.once else None
     program = [args.program] if args.program else [settings.program] if settings.program else default_program()
     try:
         from ..sources import node_sources
@@ -507,7 +452,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         wake = make_wake(sources.kernel_log)
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback; systemd restarts us
         print(f"{PROG}: {node}: cannot follow the kernel log: {type(exc).__name__}: {exc}", file=sys.stderr)
-        stop_hook_server(hook_server)
         return 1
     watcher = Watcher(config, node, sources.kernel_log, sources.state_dir, program,
                       child_environment(node, args.config, dict(os.environ)), settings,
@@ -532,7 +476,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         halt.set()
         wake.close()
-        stop_hook_server(hook_server)
         if args.pidfile:
             try:
                 with open(args.pidfile, encoding="ascii") as handle:

@@ -137,15 +137,6 @@ class LabPaths:
         return self._p("var", "run")
 
     @property
-    def hook_sockets(self) -> str:
-        """Where a node's hook server listens (``<node>.sock``; ``[watch] hook_socket`` with
-        ``{node}``): the hook wrappers point the prolog, epilog and health check here."""
-        return self._p("var", "run", "hooks")
-
-    def hook_socket(self, node: str) -> str:
-        return os.path.join(self.hook_sockets, f"{node}.sock")
-
-    @property
     def ctld_state(self) -> str:
         return self._p("var", "ctld")
 

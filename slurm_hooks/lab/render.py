@@ -186,24 +186,6 @@ def hook_command(hook: str, opts: RenderOptions) -> List[str]:
 _RUN_AS_USER = "{command} || exit 0"
 
 
-# The hooks a node's hook server runs (``[watch] serve_hooks``); the wrappers of these point them at
-# their node's socket, built from $SLURMD_NODENAME when it runs (no eval: a name with any other
-# character than these gets none). Nothing listens there unless a test starts a serving watcher:
-# the client's connect then fails at once (ENOENT) and the hook runs in its own process.
-SERVED_HOOKS = ("prolog", "epilog", "healthcheck")
-_SOCKET = """case "${{SLURMD_NODENAME:-}}" in
-  ""|.*|*[!A-Za-z0-9_.-]*) SLURM_GPU_HOOKS_SOCKET= ;;
-  *) SLURM_GPU_HOOKS_SOCKET={directory}/"$SLURMD_NODENAME".sock ;;
-esac
-export SLURM_GPU_HOOKS_SOCKET
-"""
-
-
-def hook_socket_lines(lab: LabPaths, hook: str) -> str:
-    """The wrapper's lines that name the node's hook socket (none for the other hooks)."""
-    return _SOCKET.format(directory=shlex.quote(lab.hook_sockets)) if hook in SERVED_HOOKS else ""
-
-
 def hook_wrapper(lab: LabPaths, hook: str, opts: RenderOptions) -> str:
     what = HOOKS[hook][0]
     command = " ".join(shlex.quote(part) for part in hook_command(hook, opts))
@@ -220,7 +202,7 @@ def hook_wrapper(lab: LabPaths, hook: str, opts: RenderOptions) -> str:
     return _template("lab-hook-wrapper.sh.tmpl").substitute(
         enter=enter, what=what, name=hook, env_dir=shlex.quote(os.path.join(lab.state, "capture-env")),
         slurm_conf=shlex.quote(lab.slurm_conf),
-        hooks_config=shlex.quote(lab.hooks_config), socket=hook_socket_lines(lab, hook), run=run)
+        hooks_config=shlex.quote(lab.hooks_config), run=run)
 
 
 def hooks_config(lab: LabPaths, opts: RenderOptions, profiles: Optional[Dict[str, str]] = None) -> str:
