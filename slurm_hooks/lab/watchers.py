@@ -32,7 +32,7 @@ def logfile(lab: LabPaths, node: str) -> str:
 
 def command(lab: LabPaths, node: str, config: Optional[str] = None) -> List[str]:
     """The console script beside this Python (as the hooks are installed), else the module;
-    ``config``: another config file than the lab's (a test's, e.g. one that serves the hooks)."""
+    ``config``: another config file than the lab's (a test's)."""
     script = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), SCRIPT)
     head = [script] if os.path.isfile(script) and os.access(script, os.X_OK) else \
         [os.path.abspath(sys.executable), "-I", "-m", "healthcheck.watch.service"]
