@@ -48,19 +48,13 @@ def parse(argv: Optional[Sequence[str]]):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # Each import no earlier than it is needed: the NVML probe's stand-by child first (it imports
-    # the binding while this process loads its code: probes/standby.py), then the collector off
-    # (one short process: nogc.py), then the skeleton and, through ``_start`` and ``_body``, the rest.
-    from .probes.standby import standby
+    from .hooklib.nogc import short_process
 
-    with standby():
-        from .hooklib.nogc import short_process
+    with short_process():      # before the imports: a hook is one short process
+        from .hooklib.skeleton import serve
 
-        with short_process():
-            from .hooklib.skeleton import serve
-
-            return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
-                         on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+        return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
+                     on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
 
 
 def _start(argv: Optional[Sequence[str]]):

@@ -29,8 +29,7 @@ class LazyModule:
         import threading
 
         self._load, self._module, self._lock = (lambda: load(*args)) if args else load, None, threading.Lock()
-        # (module, function, args) that load it: how a probe child forked before this object
-        # existed (probes/standby.py) gets the same module (``load_spec``).
+        # (module, function, args) that load it: what ``repr`` names.
         self.spec = (load.__module__, load.__name__, args)
 
     def __getattr__(self, name: str) -> Any:
@@ -44,14 +43,6 @@ class LazyModule:
 
     def __repr__(self) -> str:
         return f"<LazyModule {self.spec[1]}{self.spec[2] or ''}{'' if self._module is None else ' loaded'}>"
-
-
-def load_spec(spec) -> Any:
-    """What ``LazyModule.spec`` names, loaded (in the process that calls it)."""
-    import importlib
-
-    module, function, args = spec
-    return getattr(importlib.import_module(module), function)(*args)
 
 
 def _pynvml() -> ModuleType:

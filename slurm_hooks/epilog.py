@@ -44,20 +44,14 @@ EXAMPLE = ("SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_SCRIPT_CONTEXT=epilog_slu
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # Each import no earlier than it is needed: the NVML probe's stand-by child first (it imports
-    # the binding while this process loads its code: probes/standby.py), then the collector off
-    # (one short process: nogc.py), then the skeleton and, through ``_start`` and ``_body``, the rest.
-    from healthcheck.probes.standby import standby
+    from healthcheck.hooklib.nogc import short_process
 
-    with standby():
-        from healthcheck.hooklib.nogc import short_process
+    with short_process():      # before the imports: a hook is one short process
+        from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
 
-        with short_process():
-            from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
-
-            return serve("epilog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,
-                         deadline=("records", "epilog_deadline_s"), on_watchdog=_stopped_by_watchdog,
-                         on_error=_tool_error)
+        return serve("epilog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,
+                     deadline=("records", "epilog_deadline_s"), on_watchdog=_stopped_by_watchdog,
+                     on_error=_tool_error)
 
 
 def _start(argv):

@@ -23,10 +23,6 @@ def _tree(path):
     return ast.parse(open(os.path.join(ROOT, path), encoding="utf-8").read(), path)
 
 
-# The hooks that probe NVML fork the probe's stand-by child before anything else they import.
-WITH_STANDBY = {"slurm_hooks/prolog.py", "slurm_hooks/epilog.py", "healthcheck/healthcheck.py"}
-
-
 def _calls(tree, name):
     function = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name)
     return [n.func.id for n in ast.walk(function) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
@@ -38,8 +34,6 @@ def test_each_entry_point_is_a_composition_of_the_skeleton(path):
     calls = _calls(tree, "main")
     assert "serve" in calls and "short_process" in calls, path
     assert calls.index("short_process") < calls.index("serve"), path
-    if path in WITH_STANDBY:
-        assert calls.index("standby") < calls.index("short_process"), path
     named = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
     named |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert named & SKELETON_NAMES == set(), path

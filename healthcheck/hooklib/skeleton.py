@@ -12,8 +12,7 @@ The four entry points (prolog, epilog, health check, TaskProlog) are composition
 
             return serve("taskprolog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start)
 
-(the prolog, epilog and health check fork the NVML probe's stand-by child first:
-``probes/standby.py``).
+(the prolog, epilog and health check the same way).
 
 ``start(argv)`` loads the config and names the run (``HookRun``; an int ends the hook with that
 status: no config, bad arguments), ``_body(run)`` does the hook's work and returns its

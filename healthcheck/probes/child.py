@@ -1,9 +1,5 @@
-"""The child side of a probe (``deadline.ChildProbe``, ``standby``): die with the parent, hold
-none of its descriptors, and send each record as a frame (a 4-byte length, a pickle).
-
-Both the children ``deadline`` forks and the stand-by child (``standby.py``, forked before
-``deadline`` is loaded) run this.
-"""
+"""The child side of a probe (``deadline.ChildProbe``): die with the parent, hold none of its
+descriptors, and send each record as a frame (a 4-byte length, a pickle)."""
 from __future__ import annotations
 
 import os

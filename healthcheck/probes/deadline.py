@@ -40,13 +40,9 @@ class ChildProbe:
     Start several, then wait on each: the deadlines run concurrently.
     """
 
-    def __init__(self, target: Callable[[Emit], None], timeout_s: float,
-                 remote: Optional[Tuple[str, str, tuple]] = None):
+    def __init__(self, target: Callable[[Emit], None], timeout_s: float):
         self.target = target
         self.timeout_s = float(timeout_s)
-        # (module, function, args): the same probe as ``target``, by name, for a stand-by child
-        # (``standby.py``) that was forked before ``target`` existed.
-        self.remote = remote
         self.pid: Optional[int] = None
         self._read_fd: Optional[int] = None
         self._started = 0.0
@@ -55,8 +51,6 @@ class ChildProbe:
     def start(self) -> "ChildProbe":
         reap_answered()
         self._started = time.monotonic()
-        if self.remote is not None and self._hand_over():
-            return self
         forked = _fork_with_pipe()
         if isinstance(forked, str):
             self._outcome = Outcome(error=forked)
@@ -67,21 +61,6 @@ class ChildProbe:
         os.close(write_fd)
         self.pid, self._read_fd = pid, read_fd
         return self
-
-    def _hand_over(self) -> bool:
-        """The probe to the stand-by child, when this process has one that takes it."""
-        from . import standby
-
-        ready = standby.take()
-        if ready is None:
-            return False
-        pid, command_fd, result_fd = ready
-        if not standby.send(command_fd, *self.remote):
-            os.close(result_fd)
-            _end_child(pid, time.monotonic())
-            return False
-        self.pid, self._read_fd = pid, result_fd
-        return True
 
     def wait(self) -> Outcome:
         if self.pid is None and self._outcome is None:
@@ -261,10 +240,6 @@ def reap_answered() -> None:
     """Reap the children that answered; one still there past its deadline is ended as a child
     that overran is (SIGKILL, a bounded wait, then a reaper thread)."""
     now = time.monotonic()
-    from . import standby
-
-    while standby.LEAVING:             # stand-by children told to go (not needed): a second to leave
-        _ANSWERED.append((standby.LEAVING.pop(), now + 1.0))
     left = []
     for pid, deadline in _ANSWERED:
         if _reaped(pid):

@@ -32,19 +32,9 @@ def start_nvml_probe(nvml: ModuleType, timeout_s: float, features: Iterable[str]
     """The probe's child, started; ``nvml_facts(child)`` collects it (other probes can run meanwhile)."""
     wanted = frozenset(features)
     only = None if gpus is None else frozenset(gpus)
-    spec = nvml.spec if getattr(type(nvml), "spec", None) is not None else None   # sources.LazyModule
-    # A LazyModule is named by its spec: a stand-by child (probes/standby.py) can run this probe.
-    remote = (__name__, "gather_from_spec", (spec, wanted, only)) if spec is not None else None
     from .deadline import ChildProbe
 
-    return ChildProbe(lambda emit: _gather(nvml, wanted, only, emit), timeout_s, remote=remote).start()
-
-
-def gather_from_spec(spec, wanted: frozenset, only: Optional[frozenset], emit: Emit) -> None:
-    """``_gather`` on the module ``spec`` names (``sources.LazyModule.spec``): a stand-by child's probe."""
-    from ..sources import load_spec
-
-    _gather(load_spec(spec), wanted, only, emit)
+    return ChildProbe(lambda emit: _gather(nvml, wanted, only, emit), timeout_s).start()
 
 
 def nvml_facts(child) -> NvmlFacts:
