@@ -294,6 +294,8 @@ CONFIG_SCHEMA: Dict[str, Any] = {
 # one loads as if it had set the new key (when it does not set that one itself), and `slurm-gpu
 # config check` says so in one line per key (docs/configuration.md, "Older keys").
 DEPRECATED_KEYS: Dict[str, Tuple[str, str]] = {
+    "watch.nvml_events": ("", "nothing: the watcher follows the kernel log alone, which carries every Xid "
+                              "(docs/kernel-log.md, 'The watcher and NVML events')"),
 }
 
 
