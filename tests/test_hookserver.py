@@ -249,33 +249,6 @@ def test_a_server_that_initialised_nvml_serves_nothing(node):
     assert not os.path.exists(node["socket"])
 
 
-def test_the_watcher_forks_its_server_before_its_nvml_thread_initialises_nvml(node):
-    """``slurm-gpu-watch`` with ``serve_hooks`` and NVML events on: its NVML thread calls
-    nvmlInit in the watcher's process; the server it forked first has not, and serves."""
-    template = os.path.join(os.path.dirname(node["socket"]), "{node}.sock")      # one socket per node
-    node["socket"] = template.replace("{node}", "gpu1")
-    with open(node["config"], "a") as handle:
-        handle.write(f'[watch]\nserve_hooks = true\nhook_socket = "{template}"\nnvml_events = true\n')
-    log = node["tmp"] / "watch.log"
-    with open(log, "w") as out:
-        watcher = subprocess.Popen([sys.executable, "-m", "healthcheck.watch.service", "--node", "gpu1"],
-                                   env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                   start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(node["socket"]) or "NVML events" not in log.read_text():
-            assert watcher.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        node["env"].setenv(client.SOCKET_ENV, node["socket"])
-        assert client.served("prolog", []) == 0               # served: not refused over NVML
-        assert "NVML is initialised" not in log.read_text()
-        assert journal(node)[-1]["result"] == "ok" and journal(node)[-1]["served"] is True
-    finally:
-        watcher.terminate()
-        watcher.wait(60)
-    assert not os.path.exists(node["socket"])
-
-
 def test_the_hook_socket_names_the_watchers_node(monkeypatch):
     """``[watch] hook_socket`` with ``{node}``: several nodes on one host (the lab) serve apart."""
     from healthcheck.watch import service
