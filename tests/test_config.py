@@ -215,3 +215,14 @@ def test_every_older_key_is_in_the_docs_table():
         if new:
             new_section, _, new_key = new.partition(".")
             assert new_key in CONFIG_SCHEMA[new_section], new
+
+
+def test_nvml_events_is_an_accepted_no_op_with_one_line(tmp_path):
+    """[watch] nvml_events: the watcher no longer opens NVML; a site's config still loads."""
+    path = write(tmp_path, "[watch]\nnvml_events = true\n")
+    cfg = Config.load(path)
+    [line] = cfg.deprecations()
+    assert line.startswith(f"{path}: watch.nvml_events: deprecated; nothing:")
+    result = run_cli(["config", "check", path])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [line]

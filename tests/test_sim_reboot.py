@@ -127,3 +127,49 @@ def test_a_gpu_reset_is_refused_while_a_process_holds_the_gpu(tmp_path):
     assert done.returncode == 0 and "was successfully reset" in done.stdout
     assert node.load()["gpu"][1]["state"] == "ok"
     assert subprocess.run([program, "-q"], capture_output=True).returncode != 0   # only the reset
+
+
+HOLD_OPEN = ("import sys; from healthcheck.sim import sim_pynvml as nvml; nvml._bind(sys.argv[1]); nvml.nvmlInit(); "
+             "print('open', flush=True); sys.stdin.read()")
+
+
+def test_a_gpu_reset_is_refused_while_a_live_process_has_nvml_open_on_the_node(tmp_path):
+    """As the real driver: a process that initialised NVML (the old watcher did) holds every GPU;
+    the reset refuses until it exits, whether it shut NVML down or was killed."""
+    import subprocess
+    import sys
+
+    node = SimNode(str(tmp_path), "gpu1", PROFILE)
+    node.ensure()
+    node.inject([("gpu.1.state", "lost")])
+    program = os.path.join(node.programs_dir, "nvidia-smi")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_OPEN, node.live_path], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        assert node.holders() == [holder.pid]
+        refused = subprocess.run([program, "--gpu-reset", "-i", "1"], capture_output=True, text=True)
+        assert refused.returncode == 255 and "being used by some other process" in refused.stderr
+        assert node.load()["gpu"][1]["state"] == "lost"
+    finally:
+        holder.kill()                           # exits without nvmlShutdown: a dead pid holds nothing
+        holder.wait()
+    done = subprocess.run([program, "--gpu-reset", "-i", "1"], capture_output=True, text=True)
+    assert done.returncode == 0 and "was successfully reset" in done.stdout
+    assert node.load()["gpu"][1]["state"] == "ok" and node.holders() == []
+
+
+def test_nvml_shut_down_holds_the_gpus_no_longer(tmp_path):
+    from healthcheck.sim import sim_pynvml as nvml
+
+    node = SimNode(str(tmp_path), "gpu1", PROFILE)
+    node.ensure()
+    nvml._bind(node.live_path)
+    nvml.nvmlInit()
+    try:
+        assert node.holders() == [os.getpid()]
+        held = os.stat(os.path.join(node.dir, "open", str(os.getpid())))
+        assert held.st_mode & 0o777 == 0o640                     # the project's file mode, whatever the umask
+    finally:
+        nvml.nvmlShutdown()
+    assert node.holders() == [] and node.gpu_reset("1")[0] == 0

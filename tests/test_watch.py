@@ -5,11 +5,9 @@ one run. The lab proves the drain itself (tests/lab/test_lab_watch.py)."""
 from __future__ import annotations
 
 import os
-import queue
 import stat
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -228,62 +226,6 @@ def test_an_xid_flood_is_read_in_bounded_slices_and_starts_one_run(tmp_path):
     assert sum(reads) >= size - len(line) and len(reads) >= size // (1024 * 1024 + CHUNK)
     assert max(reads) <= 1024 * 1024 + CHUNK
     assert watcher.trigger.requests == 1
-
-
-def test_nvml_xid_events_where_offered_ask_for_a_run(tmp_path):
-    class Timeout(Exception):
-        pass
-
-    class Data:
-        eventData = 79
-
-    class FakeNvml:
-        NVMLError_Timeout = Timeout
-        nvmlEventTypeXidCriticalError = 8
-        calls = 0
-
-        def nvmlInit(self):
-            pass
-
-        def nvmlEventSetCreate(self):
-            return "set"
-
-        def nvmlDeviceGetCount(self):
-            return 2
-
-        def nvmlDeviceGetHandleByIndex(self, index):
-            return index
-
-        def nvmlDeviceRegisterEvents(self, handle, kind, events):
-            assert kind == 8 and events == "set"
-
-        def nvmlEventSetWait_v2(self, events, timeout_ms):
-            self.calls += 1
-            if self.calls == 1:
-                return Data()
-            stop.set()
-            raise Timeout()
-
-    stop = threading.Event()
-    found: "queue.Queue" = queue.Queue(maxsize=4)
-    service.nvml_xid_events(FakeNvml(), found, stop)
-    assert found.get_nowait() == 79
-    node = Node(tmp_path)
-    watcher = node.watcher()
-    watcher.nvml_queue.put(79)
-    watcher.nvml_queue.put(43)               # ignore in the catalog: no run of its own
-    watcher.nvml_events()
-    assert watcher.trigger.requests == 1
-
-
-def test_a_driver_without_nvml_events_is_one_line_never_a_failure(capsys):
-    class NoEvents:
-        def nvmlInit(self):
-            pass
-
-    service.nvml_xid_events(NoEvents(), queue.Queue(), threading.Event())
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "NVML events not offered" in err[0]
 
 
 def test_the_command_refuses_a_bad_config_in_one_line(tmp_path):

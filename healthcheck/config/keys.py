@@ -274,7 +274,7 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "min_interval_s": Field(float, minimum=0, maximum=3600.0),
         "max_cpu": Field(float, minimum=0.01, maximum=1.0, doc="a share of one core, 0.01 to 1"),
         "program": Field(str, doc="an absolute path; empty: slurm-gpu-healthcheck beside slurm-gpu-watch"),
-        "nvml_events": Field(bool),
+        "nvml_events": Field(bool, doc="no longer used: the watcher follows the kernel log alone (DEPRECATED_KEYS)"),
         "serve_hooks": Field(bool, doc="no longer used: the hooks run in their own process (DEPRECATED_KEYS)"),
         "hook_socket": Field(str, doc="no longer used: the hooks run in their own process (DEPRECATED_KEYS)"),
         "after_boot_s": Field(float, minimum=0, maximum=86400.0,
@@ -297,6 +297,8 @@ DEPRECATED_KEYS: Dict[str, Tuple[str, str]] = {
     # The hook server was retired (issue 29): Slurm fork-execs every hook, one code path.
     "watch.serve_hooks": ("", "no effect: the hooks always run in their own process; remove it"),
     "watch.hook_socket": ("", "no effect: there is no hook server; remove it"),
+    "watch.nvml_events": ("", "nothing: the watcher follows the kernel log alone, which carries every Xid "
+                              "(docs/kernel-log.md, 'The watcher and NVML events')"),
 }
 
 

@@ -15,6 +15,7 @@ Layout under ``<state_dir>/sim/<node>/``::
                           and ``sim reset`` (a reboot into mended hardware) change it
     bin/ib_write_bw       perftest's stand-in (``[node] perftest = true``; healthcheck/sim/sim_ib_write_bw.py)
     bin/nvidia-smi        nvidia-smi's stand-in for a GPU reset (healthcheck/sim/sim_nvidia_smi.py)
+    open/<pid>            a process that holds the GPUs open (NVML initialised through sim_pynvml)
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..safeio import tomlio
 from ..facts import IB_COUNTER_BITS
-from ..safeio.fsutil import append_line, atomic_write, ensure_dir, ensure_state_dir, locked, path_component
+from ..safeio.fsutil import (_process_alive, append_line, atomic_write, ensure_dir, ensure_state_dir, locked,
+                             path_component)
 from . import profile as profiles
 
 
@@ -92,8 +94,9 @@ class SimNode:
     def gpu_reset(self, target: str) -> Tuple[int, str]:
         """A GPU reset (``nvidia-smi --gpu-reset -i TARGET``) of one GPU, named by index, PCI bus id
         or UUID: what a reset clears cleared on that GPU alone (as a reboot clears it), the boot
-        and the kernel log unchanged. Refused, changing nothing, when a process holds the GPU or
-        the GPU is absent. (exit status, what nvidia-smi prints)."""
+        and the kernel log unchanged. Refused, changing nothing, when a process holds the GPU (a
+        job's process in the profile, or a live process with NVML initialised on the node) or the
+        GPU is absent. (exit status, what nvidia-smi prints)."""
         self.ensure()
         with locked(self._lock_path):
             live = self.load()
@@ -101,7 +104,7 @@ class SimNode:
             if gpu is None or gpu.get("state") == "absent":
                 return 6, f"No devices were found matching {target!r}."
             bus_id = str(gpu.get("pci_bus_id", ""))
-            if gpu.get("processes"):
+            if gpu.get("processes") or self.holders():
                 return 255, (f"GPU {bus_id}: Unable to reset this GPU because it's being used by some other "
                              "process (e.g. CUDA application, graphics application like X server, monitoring "
                              "application like other instance of nvidia-smi). Please first kill all processes "
@@ -109,6 +112,27 @@ class SimNode:
             _cleared(gpu)
             self._write(live)
             return 0, f"GPU {bus_id} was successfully reset.\nAll done."
+
+    def holders(self) -> List[int]:
+        """The live processes that hold this node's GPUs open (``sim_pynvml``'s ``open/<pid>``);
+        a dead one's file is removed."""
+        folder = os.path.join(self.dir, profiles.HOLDERS_DIR)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return []
+        alive = []
+        for name in names:
+            if not name.isdigit():
+                continue
+            if _process_alive(int(name)):
+                alive.append(int(name))
+            else:
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
+        return alive
 
     def boot_id(self) -> str:
         try:

@@ -12,6 +12,9 @@ from ..schema import Field, Problem, merge, validate
 
 # NVML's counters are unsigned long long; a value past that is no reading a driver gives.
 COUNTER_MAX = 2 ** 64 - 1
+# Beside the live profile: one empty file per process that holds the node's GPUs open (NVML
+# initialised through the simulated pynvml), named by its pid; what makes the simulated reset refuse.
+HOLDERS_DIR = "open"
 _INT0 = Field(int, minimum=0, maximum=COUNTER_MAX)
 
 

@@ -12,6 +12,7 @@ into a C function that branch does not export raises what pynvml raises then
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -165,11 +166,29 @@ def nvmlInit() -> None:
     # would read and parse them (lru_cache does not hold the others back while one fills it).
     _driver_exports(profile["node"]["driver_version"], "nvmlInit")
     _driver_knows_field(profile["node"]["driver_version"], _FI_RECOVERY_ACTION)
+    _hold(True)
 
 
 def nvmlShutdown() -> None:
     global _profile
     _profile = None
+    _hold(False)
+
+
+def _hold(opened: bool) -> None:
+    """As a real process that initialised NVML holds the GPUs' device files open until it shuts
+    NVML down or exits: this pid's file under the node's ``HOLDERS_DIR`` (a dead pid does not
+    count). A state dir this process cannot write only hides it from the simulated reset."""
+    from ..safeio.fsutil import atomic_write, ensure_dir
+
+    folder = os.path.join(os.path.dirname(_bound_path or "."), profiles.HOLDERS_DIR)
+    try:
+        if opened:
+            atomic_write(os.path.join(ensure_dir(folder), str(os.getpid())), "", durable=False)
+        else:
+            os.unlink(os.path.join(folder, str(os.getpid())))
+    except OSError:
+        pass
 
 
 def nvmlSystemGetDriverVersion() -> str:

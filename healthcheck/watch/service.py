@@ -4,10 +4,11 @@ soon as the kernel log says a GPU broke, instead of at the next HealthCheckInter
 It follows the node's kernel log with the kernel-log reader (``kernellog.api.read_new_events``,
 its own reader ``<node>.watch``: the same sources, forgery rules, flood folding and read
 budget as the hooks) and judges what is new with ``kernellog.event_findings.xid_findings``, the code
-the health check judges with. When a finding asks for a drain (and, where the driver offers
-NVML events, on an Xid event), it starts the HealthCheckProgram itself, as slurmd does (no
+the health check judges with. When a finding asks for a drain, it starts the HealthCheckProgram itself, as slurmd does (no
 environment but ``SLURMD_NODENAME``), so the run takes the same lock, decision, drain budget
-and confirmation as slurmd's. The watcher decides nothing and never calls Slurm.
+and confirmation as slurmd's. The watcher decides nothing, never calls Slurm and never opens NVML: a resident process
+that held the GPUs open would make a GPU reset refuse, and the kernel log carries every Xid
+(docs/kernel-log.md, "The watcher and NVML events").
 
 Bounded: at most one run at a time and ``[watch] min_interval_s`` between starts
 (``trigger.Trigger``); a flood of one Xid starts one run (``trigger.Seen``); its reads take at
@@ -19,12 +20,10 @@ periodic health check goes on as before: nothing depends on it.
 from __future__ import annotations
 
 import os
-import queue
 import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -41,12 +40,12 @@ BOOT_LOOK_S = 2.0                # how often the boot id is read (a small file)
 class WatchSettings:
     """The ``[watch]`` section."""
 
-    __slots__ = ("poll_s", "min_interval_s", "max_cpu", "program", "nvml_events", "after_boot_s")
+    __slots__ = ("poll_s", "min_interval_s", "max_cpu", "program", "after_boot_s")
 
     def __init__(self, poll_s: float = 0.5, min_interval_s: float = 5.0, max_cpu: float = 0.1,
-                 program: str = "", nvml_events: bool = True, after_boot_s: float = 600.0):
+                 program: str = "", after_boot_s: float = 600.0):
         self.poll_s, self.min_interval_s, self.max_cpu = poll_s, min_interval_s, max_cpu
-        self.program, self.nvml_events = program, nvml_events
+        self.program = program
         self.after_boot_s = after_boot_s
 
     @classmethod
@@ -57,7 +56,6 @@ class WatchSettings:
                    min_interval_s=float(section.get("min_interval_s", default.min_interval_s)),
                    max_cpu=float(section.get("max_cpu", default.max_cpu)),
                    program=str(section.get("program", default.program)),
-                   nvml_events=bool(section.get("nvml_events", default.nvml_events)),
                    after_boot_s=float(section.get("after_boot_s", default.after_boot_s)))
 
 
@@ -155,44 +153,6 @@ def make_wake(kernel_log: str):
     return FileWake(source)
 
 
-# -- NVML events (where the driver offers them) ------------------------------------------------------
-def nvml_xid_events(nvml: Any, found: "queue.Queue", stop: threading.Event) -> None:
-    """Wait for the driver's Xid events (``nvmlEventSetWait``) and queue their codes. A driver
-    (or the simulator) without them, or any NVML error, ends this quietly after one line: the
-    kernel log is still followed."""
-    try:
-        nvml.nvmlInit()
-        events = nvml.nvmlEventSetCreate()
-        kind = nvml.nvmlEventTypeXidCriticalError
-        registered = 0
-        for index in range(nvml.nvmlDeviceGetCount()):
-            try:
-                nvml.nvmlDeviceRegisterEvents(nvml.nvmlDeviceGetHandleByIndex(index), kind, events)
-                registered += 1
-            except Exception:  # noqa: BLE001 - a GPU without events is followed through the log only
-                continue
-        if not registered:
-            say("NVML events: no GPU offers Xid events; following the kernel log only")
-            return
-        wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
-        timeout_error = getattr(nvml, "NVMLError_Timeout", None)
-    except Exception as exc:  # noqa: BLE001 - optional: the driver may not offer events at all
-        say(f"NVML events not offered ({type(exc).__name__}: {str(exc)[:120]}); following the kernel log only")
-        return
-    while not stop.is_set():
-        try:
-            data = wait(events, 1000)
-        except Exception as exc:  # noqa: BLE001
-            if timeout_error is not None and isinstance(exc, timeout_error):
-                continue
-            say(f"NVML events stopped ({type(exc).__name__}: {str(exc)[:120]}); following the kernel log only")
-            return
-        try:
-            found.put_nowait(int(getattr(data, "eventData", 0)))
-        except queue.Full:
-            pass                        # a run is already wanted; the flood adds nothing
-
-
 # -- the watcher ------------------------------------------------------------------------------------
 class Watcher:
     def __init__(self, config: Any, node: str, kernel_log: str, state_dir: str, program: Sequence[str],
@@ -208,7 +168,6 @@ class Watcher:
         self.child: Optional[subprocess.Popen] = None
         self.child_started = 0.0
         self.stopping = False
-        self.nvml_queue: "queue.Queue" = queue.Queue(maxsize=64)
         self.looks = 0
         self.errors = 0
         self._boot: Optional[str] = None
@@ -273,31 +232,6 @@ class Watcher:
                 and self.after_boot.wants_run(now, last_judgement(self.state_dir, self.node)):
             self.trigger.request(now)
 
-    def nvml_events(self) -> None:
-        """Xid codes the driver announced: a run when the catalog's action for one drains."""
-        codes = []
-        while True:
-            try:
-                codes.append(self.nvml_queue.get_nowait())
-            except queue.Empty:
-                break
-        if not codes:
-            return
-        from ..kernellog.catalog import XidCatalog
-        from ..kernellog.events import XidEvent
-        from ..kernellog.event_findings import xid_findings
-        from ..kernellog.xid_actions import action_rank
-
-        overrides = dict(self.config.section("xid").get("actions", {})) if self.config is not None else {}
-        catalog = XidCatalog(overrides)
-        now = self.clock()
-        for code in sorted(set(codes)):
-            event = catalog.classify(XidEvent(kind="xid", code=code, pci=None, message="(NVML event)"))
-            findings = [f for f in xid_findings([event], (), self.config) if wants_check([f])]
-            if findings and self.seen.new(("nvml", code), action_rank(event.action), now):
-                self.trigger.request(now)
-                say(f"{self.node}: NVML Xid event {code} ({event.action}): running the health check")
-
     # the health check ---------------------------------------------------------------------
     def start_run(self) -> None:
         now = self.clock()
@@ -338,7 +272,6 @@ class Watcher:
         while not self.stopping:
             now = self.clock()
             self.reap()
-            self.nvml_events()
             self.follow_boot()
             if self.trigger.due(now):
                 self.start_run()
@@ -466,15 +399,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from ..safeio.fsutil import atomic_write
 
         atomic_write(args.pidfile, f"{os.getpid()}\n", mode=0o644)
-    halt = threading.Event()
-    if settings.nvml_events and not args.once:
-        threading.Thread(target=nvml_xid_events, args=(sources.nvml, watcher.nvml_queue, halt), daemon=True,
-                         name="nvml-events").start()
     say(f"{node}: following {sources.kernel_log}; the health check is {program[0]}")
     try:
         return watcher.run(wake, once=args.once)
     finally:
-        halt.set()
         wake.close()
         if args.pidfile:
             try:

@@ -8,6 +8,8 @@ Each test rewrites the lab's hooks config (the hooks read it at every run) and p
 back in a finally: the faults, our drains, the config."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from typing import Optional
 
@@ -17,6 +19,7 @@ from healthcheck.config import Config
 from healthcheck.remediate import ledger as ledgers
 from healthcheck.sim.node import SimNode
 from healthcheck.slurm.cli_backend import CliBackend
+from slurm_hooks.lab import watchers
 from slurm_hooks.lab.commands import slurm_env
 
 from .conftest import slurm_gpu, wait_for
@@ -166,8 +169,13 @@ def test_a_storm_on_every_node_keeps_the_reboot_budget(lab):
         assert all(boot_time(lab, node) != before[node] for node in NODES), "not every node was rebooted"
 
 
+@pytest.mark.every_release
 def test_a_gpu_lost_once_is_reset_without_a_reboot_and_back_in_service_by_itself(lab):
     slurm = backend(lab)
+    # The node's slurm-gpu-watch runs throughout: it must hold no GPU open (the simulated reset
+    # refuses while a process has NVML open on the node; the test below shows it).
+    watcher = watchers.pid(lab.paths, "gpu1")
+    assert watcher is not None, "the lab runs no slurm-gpu-watch for gpu1"
     with Remediating(lab, gpu_reset="true") as remediating:
         boot_id = SimNode(remediating.state_dir, "gpu1").boot_id()
         injected = time.time()
@@ -186,3 +194,38 @@ def test_a_gpu_lost_once_is_reset_without_a_reboot_and_back_in_service_by_itself
         # moves by a second when slurmd restarts) is still from before the fault.
         wait_for("gpu1's BootTime shown", lambda: boot_time(lab, "gpu1") not in ("", "None"), timeout=60)
         assert time.mktime(time.strptime(boot_time(lab, "gpu1"), "%Y-%m-%dT%H:%M:%S")) < injected
+
+    assert watchers.pid(lab.paths, "gpu1") == watcher
+
+
+# A process with NVML initialised on the simulated node, as the watcher's event thread was.
+HOLD_OPEN = ("import sys; from healthcheck.sim import sim_pynvml as nvml; nvml._bind(sys.argv[1]); nvml.nvmlInit(); "
+             "print('open', flush=True); sys.stdin.read()")
+
+
+@pytest.mark.every_release
+def test_a_gpu_reset_refused_while_a_process_holds_the_gpus_falls_back_to_a_reboot(lab):
+    """The test above fails when something holds the node's GPUs open: the reset is refused,
+    counted, and the reboot follows (docs/remediation.md)."""
+    slurm = backend(lab)
+    with Remediating(lab, gpu_reset="true") as remediating:
+        node = SimNode(remediating.state_dir, "gpu1")
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_OPEN, node.live_path], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "open" and holder.pid in node.holders()
+            before = boot_time(lab, "gpu1")
+            assert before
+            result = slurm_gpu("sim", "inject", "gpu1", "gpu.2.state=lost", env=lab.env)
+            assert result.returncode == 0, result.stderr
+            wait_for("gpu1 drained by us", lambda: slurm.node("gpu1").reason.startswith(PREFIX + "gpu.lost gpu2"),
+                     timeout=60)
+            wait_for("gpu1 rebooted (a new BootTime)", lambda: boot_time(lab, "gpu1") not in ("", before),
+                     timeout=180)
+            remediating.back_in_service(slurm, "gpu1")
+            [entry] = remediating.ledger("gpu1").entries.values()
+            assert entry.cause == "gpu.lost gpu2" and len(entry.reboots) == 1
+            assert sum(len(episode.resets) for episode in entry.episodes) == 1      # tried, refused
+        finally:
+            holder.kill()
+            holder.wait()
