@@ -5,10 +5,11 @@ Which evidence number goes into the reason as its key (``dbe:2``, ``xid:79``) is
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..drain_reason import DrainReason
 from ..findings import Finding
+from ..plain import plain
 
 # check id -> ((key in the reason, evidence field), ...)
 REASON_KEYS: Dict[str, Tuple[Tuple[str, str], ...]] = {
@@ -55,6 +56,35 @@ def drain_causes(findings: Iterable[Finding]) -> List[DrainReason]:
             if reason.cause not in seen:
                 seen.add(reason.cause)
                 out.append(reason)
+    return out
+
+
+@plain
+class Cause:
+    """One drain cause of this run: its reason, the finding it came from, how it is resumed."""
+    reason: DrainReason
+    finding: Finding
+    resume_mode: str = "auto"
+
+    @property
+    def key(self) -> str:
+        return self.reason.cause
+
+
+def causes_of(findings: Sequence[Finding], policy) -> List[Cause]:
+    """The drain findings' causes, one per distinct cause, each with its resume mode (``policy``:
+    ``decision.Policy``)."""
+    out: List[Cause] = []
+    seen = set()
+    for finding in findings:
+        if not is_drain_finding(finding):
+            continue
+        reason = reason_for(finding)
+        if reason.cause in seen:
+            continue
+        seen.add(reason.cause)
+        xid_action = str(finding.evidence.get("xid_action", "")) if finding.check.startswith("kernel.") else ""
+        out.append(Cause(reason, finding, policy.resume_mode(finding.check, xid_action)))
     return out
 
 
