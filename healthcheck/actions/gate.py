@@ -33,7 +33,7 @@ from ..plain import field, plain, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..findings import Finding
-from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, drain_argv, reboot_argv, resume_argv
+from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, resume_argv
 from ..hooklib.watchdog import note
 from . import budget, state as node_state
 from .cause import causes_of
