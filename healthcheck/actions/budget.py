@@ -18,10 +18,8 @@ from ..drain_reason import is_ours
 from ..plain import plain
 from ..slurm.backend import NodeInfo
 
-# Nodes decide at the same moment (slurmd fires every node's health check on one interval), each
-# after one query that cannot see the others' acts yet. The re-read waits this long first, so every
-# concurrent act is visible to every node and all of them rank alike; otherwise two nodes each see
-# only themselves and both keep their acts.
+# The re-read waits this long, so every concurrent act (slurmd fires every node's health check on
+# one interval) is visible to every node and all rank alike; else two nodes each see only themselves.
 SETTLE_S = 2.0
 
 

@@ -94,14 +94,6 @@ class Outcome:
     notes: List[str] = field(default_factory=list)     # lines for the log (lock, budget, undo)
     budget_blocked: bool = False                   # the budget refused or undid the drain
 
-    @property
-    def rule(self) -> str:
-        return self.decision.rule
-
-    @property
-    def done(self) -> bool:
-        return self.applied.done
-
 
 # -- the edge ----------------------------------------------------------------------------------------
 
@@ -227,14 +219,10 @@ def _admin_resume(request: Request, info: Optional[NodeInfo], slurm_error: str, 
                     reason=info.reason or None, cause=ours, scontrol=resume_argv(node))
 
 
-def _remediate(request: Request, info: Optional[NodeInfo], slurm_error: str, policy, record,
-               causes: List[Any]) -> Decision:
-    return request.decide(info, slurm_error)
-
-
 # intent -> the pure decision for it.
-DECIDERS: Dict[str, Callable[..., Decision]] = {"judge": _judge, "drain": _judge, "resume": _admin_resume,
-                                                "remediate": _remediate}
+DECIDERS: Dict[str, Callable[..., Decision]] = {
+    "judge": _judge, "drain": _judge, "resume": _admin_resume,
+    "remediate": lambda request, info, slurm_error, *_: request.decide(info, slurm_error)}
 
 
 # -- the session: the node's lock held from reading Slurm to the saved record -------------------------

@@ -184,7 +184,7 @@ def reboot_turn(nodes: Sequence[Any], this: str, limit: int, prefix: str) -> boo
 
     if limit <= 0:
         return True
-    busy = sorted(n.name for n in nodes if n.name != this and n.has(*REBOOT_PENDING_FLAGS))
+    busy = rebooting(nodes, this)
     claims = sorted(n.name for n in nodes if not n.has(*REBOOT_PENDING_FLAGS)
                     and claiming(parse_reason(n.reason, prefix) if n.reason else None))
     order = busy + [name for name in claims if name not in busy]

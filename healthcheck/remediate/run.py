@@ -1,12 +1,8 @@
-"""One remediation run, after the health check's judgement, inside the drain gate's session (the
-node's decision lock held): read the ledger and Slurm, take the next step (``plan.next_step``),
-turn it into a decision and hand it to the gate, which applies it (``gate.Session.submit``) and
-keeps the drain record; then count what was done in the ledger.
-
-A GPU reset that is refused or fails becomes a reboot in the same run; a reboot waits for its turn
-within ``[remediate] max_rebooting_nodes`` (the cluster budget's act-settle-reread-undo,
-``actions.budget.settle``, with a claim in our reason as the act).
-"""
+"""One remediation run inside the drain gate's session (the node's lock held), after the health
+check's judgement: read the ledger and Slurm, take the next step (``plan.next_step``), hand its
+decision to the gate (``Request.decide``), count what was done in the ledger. A refused or failed
+GPU reset becomes a reboot in the same run; a reboot waits for its turn within ``[remediate]
+max_rebooting_nodes`` (``actions.budget.settle``, a claim in our reason as the act)."""
 from __future__ import annotations
 
 import time
@@ -26,11 +22,9 @@ from .plan import (CLAIM_KEY, CLAIM_VALUE, INSPECT_KEY, RemediatePolicy, Situati
 
 def remediate(door: Session, boot_id: str, now: Optional[float] = None, programs_dir: Optional[str] = None,
               busy_gpus: Sequence[int] = ()) -> Optional[Outcome]:
-    """The remediation's step for our drain (a GPU reset where ``gpu_reset`` allows it, a reboot
-    asked of Slurm within the cluster-wide budget, inspection once the reboots are spent, or
-    nothing now); None when ``[remediate]`` is off or nothing of ours is drained.
-    ``programs_dir``: where a simulated node's programs are (its ``nvidia-smi``); ``busy_gpus``:
-    the GPUs (NVML indexes) the run saw a process on."""
+    """The remediation's step for our drain; None when ``[remediate]`` is off or nothing of ours is
+    drained. ``programs_dir``: a simulated node's programs (its ``nvidia-smi``); ``busy_gpus``: the
+    GPUs (NVML indexes) the run saw a process on."""
     rpolicy = RemediatePolicy.from_config(door.config)
     if not rpolicy.enabled or door.state.drained is None:
         return None
@@ -89,11 +83,9 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
 def _submit(door: Session, situation: Situation, step: Step, boot_id: str, now: float,
             reset_command=None, reset_timeout_s: float = 0.0) -> Outcome:
     """The step through the gate: it reads Slurm under the lock and applies ``step_decision``."""
-    def decide(info: Optional[NodeInfo], slurm_error: str) -> Decision:
-        return step_decision(door, info, slurm_error, situation, step, reset_command, reset_timeout_s)
-
-    return door.submit(Request("remediate", door.node, "healthcheck", boot_id=boot_id, now=now,
-                               remedy=(situation, step), decide=decide))
+    return door.submit(Request("remediate", door.node, "healthcheck", boot_id=boot_id, now=now, remedy=(situation, step),
+                               decide=lambda info, error: step_decision(door, info, error, situation, step,
+                                                                        reset_command, reset_timeout_s)))
 
 
 def step_decision(door: Session, info: Optional[NodeInfo], slurm_error: str, situation: Situation, step: Step,
