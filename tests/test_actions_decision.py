@@ -205,3 +205,31 @@ def test_zz_every_rule_has_a_test():
     """Runs after the others in this file (pytest keeps file order)."""
     assert [rule.name for rule in RULES][-1] == "healthy"
     assert set(rule_names()) - COVERED == set()
+
+
+# -- the one table of resume modes (decision.RESUME_MODE_RULES): a case per row, each row the first to answer
+
+RESUME_ROWS = {
+    "recorded": (Policy(resume_by_cause={"kernel.xid gpu5 xid:79": "never"}, resume_by_check={"kernel.xid": "auto"},
+                        resume_by_xid_action={"reboot": "auto"}),
+                 ("kernel.xid", "reboot", "kernel.xid gpu5 xid:79"), "never"),
+    "repeat": (Policy(resume_by_check={"kernel.xid.repeat": "auto"}, resume_default="auto"),
+               ("kernel.xid.repeat", "", ""), "never"),
+    "xid-action": (Policy(resume_by_xid_action={"reboot": "after_reboot"}, resume_by_check={"kernel.xid": "never"}),
+                   ("kernel.xid", "reboot", ""), "after_reboot"),
+    "check": (Policy(resume_by_xid_action={"reboot": "auto"}, resume_by_check={"gpu.lost": "after_reboot"}),
+              ("gpu.lost", "", ""), "after_reboot"),
+    "default": (Policy(resume_default="never", resume_by_check={"gpu.lost": "auto"}), ("ib.port", "", ""), "never"),
+}
+
+
+def test_every_row_of_the_resume_table_has_a_case():
+    from healthcheck.actions.decision import RESUME_MODE_RULES
+
+    assert [name for name, _ in RESUME_MODE_RULES] == list(RESUME_ROWS)
+
+
+@pytest.mark.parametrize("row", sorted(RESUME_ROWS))
+def test_the_resume_table_row(row):
+    policy, (check, action, cause), mode = RESUME_ROWS[row]
+    assert policy.resume_mode(check, action, cause) == mode

@@ -97,11 +97,11 @@ def test_the_watcher_decides_nothing_calls_no_slurm_and_nothing_imports_it():
     watcher = [name for name in MODULES if _in("healthcheck.watch")(name)]
     assert watcher
     for name in watcher:
-        # healthcheck.health.state alone, read only (its drain record and the last result: the
+        # healthcheck.actions.state alone, read only (its drain record and the last result: the
         # boot a drain of ours waits for, and whether a run has judged the node since)
         forbidden = {target for target in GRAPH[name]
-                     if _in("healthcheck.actions")(target) or _in("healthcheck.slurm")(target)
-                     or (_in("healthcheck.health")(target) and target != "healthcheck.health.state")}
+                     if (_in("healthcheck.actions")(target) and target != "healthcheck.actions.state")
+                     or _in("healthcheck.slurm")(target) or _in("healthcheck.health")(target)}
         assert forbidden == set(), name
         assert not any("scontrol" in repr(ast.dump(call)) for call in _calls(name)), name
     assert {name for name in _importers(_in("healthcheck.watch")) if not _in("healthcheck.watch")(name)} == set()
@@ -193,7 +193,7 @@ def test_each_data_file_is_read_by_the_module_the_page_names():
 # -- the health state: "written by the drain gate (its drain record, for every hook) and the health check"
 
 def test_the_health_state_is_kept_by_the_gate_and_the_health_check():
-    users = _importers(lambda target: target == "healthcheck.health.state")
+    users = _importers(lambda target: target == "healthcheck.actions.state")
     assert users == {"healthcheck.actions.gate", "healthcheck.health.run", "healthcheck.health.outputs",
                      "slurm_hooks.cli.drained_cmd", "healthcheck.watch.service"}
     saves = {name for name in users for call in _calls(name) if _dotted(call.func).endswith(".save")

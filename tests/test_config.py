@@ -226,3 +226,30 @@ def test_nvml_events_is_an_accepted_no_op_with_one_line(tmp_path):
     result = run_cli(["config", "check", path])
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines() == [line]
+
+
+def test_inspect_after_reboots_is_now_the_one_reboot_limit(tmp_path):
+    from healthcheck.health.policy import HealthPolicy
+    from healthcheck.remediate.plan import RemediatePolicy
+
+    path = write(tmp_path, "[health]\ninspect_after_reboots = 3\n")
+    cfg = Config.load(path)
+    assert cfg.deprecations() == [f"{path}: health.inspect_after_reboots: deprecated; "
+                                  "set [remediate] max_reboots (the one reboot limit)"]
+    assert HealthPolicy.from_config(cfg).inspect_after("79") == 3        # the Xid repeat
+    assert RemediatePolicy.from_config(cfg).reboots_allowed("79") == 3   # the remediation's inspection
+    both = Config.load(write(tmp_path, "[health]\ninspect_after_reboots = 3\n[remediate]\nmax_reboots = 5\n"))
+    assert HealthPolicy.from_config(both).inspect_after("79") == 5
+
+
+def test_inspect_after_reboots_xid_is_now_the_one_reboot_limit_per_xid(tmp_path):
+    from healthcheck.health.policy import HealthPolicy
+    from healthcheck.remediate.plan import RemediatePolicy
+
+    path = write(tmp_path, '[health]\ninspect_after_reboots_xid = { "79" = 1 }\n')
+    cfg = Config.load(path)
+    assert cfg.deprecations() == [f"{path}: health.inspect_after_reboots_xid: deprecated; "
+                                  "set [remediate] max_reboots_xid (the one reboot limit, per Xid)"]
+    health, remediation = HealthPolicy.from_config(cfg), RemediatePolicy.from_config(cfg)
+    assert (health.inspect_after("79"), health.inspect_after("48")) == (1, 2)
+    assert (remediation.reboots_allowed("79"), remediation.reboots_allowed("48"), remediation.reboots_allowed()) == (1, 2, 2)

@@ -8,7 +8,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from healthcheck.health import state as node_state
+from healthcheck.actions import state as node_state
 from .fake_backend import FakeBackend
 from slurm_hooks.cli import drained_cmd, main
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from healthcheck.actions import gate
+from healthcheck.actions import budget, gate
 from healthcheck.checks.base import CheckInput
 from healthcheck.checks.probe_health import probe_findings
 from healthcheck.facts import NvmlFacts
 from healthcheck.findings import Finding, unseen
-from healthcheck.health import state as node_state
+from healthcheck.actions import state as node_state
 from healthcheck.health.policy import HealthPolicy
 from healthcheck.sources import sim_sources
 from slurm_hooks import drain
@@ -24,7 +24,7 @@ from .test_health_run import PROFILE, Node
 
 @pytest.fixture(autouse=True)
 def no_settle(monkeypatch):
-    monkeypatch.setattr(gate, "BUDGET_SETTLE_S", 0.0)
+    monkeypatch.setattr(budget, "SETTLE_S", 0.0)
 
 
 def lost(gpu=3):
@@ -77,7 +77,7 @@ def test_an_epilog_drain_for_an_xid_keeps_the_health_checks_resume_mode_for_its_
     assert reason.startswith("gpu-hooks: v1 kernel.xid gpu3 xid:79")
     record = node_state.load(node.state_dir, "gpu2").drained
     policy = HealthPolicy.from_config(node.config)
-    assert record.by == "epilog" and record.resume_mode == policy.resume_mode("kernel.xid", "reboot")
+    assert record.by == "epilog" and record.resume_mode == policy.drain.resume_mode("kernel.xid", "reboot")
     assert record.evidence[0]["evidence"]["xid_action"] == "reboot"
     assert drained_row(node)["recommended"].startswith("reboot the node")
     resumed_only_after_a_reboot(node)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from healthcheck.config import Config
-from healthcheck.health import state as node_state
+from healthcheck.actions import state as node_state
 from healthcheck.health.outputs import last_path, textfile_path, write_all
 from healthcheck.health.run import run_health
 from healthcheck.sim.node import SimNode

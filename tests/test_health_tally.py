@@ -2,13 +2,16 @@
 (healthcheck/health/streaks.py: pure)."""
 from __future__ import annotations
 
+from healthcheck.actions.cause import causes_of
+from healthcheck.actions.decision import REPEAT_CHECK, Policy
 from healthcheck.findings import Finding
-from healthcheck.health.policy import REPEAT_CHECK, HealthPolicy
-from healthcheck.health.streaks import causes_of, tally
+from healthcheck.health.policy import HealthPolicy
+from healthcheck.health.streaks import tally
 
 POLICY = HealthPolicy(confirm_runs=2, confirm_by_check={"gpu.ecc.uncorrectable": 1, "kernel.xid": 1},
-                      inspect_after_reboots=2, resume_by_check={"gpu.lost": "after_reboot"},
-                      resume_by_xid_action={"reboot": "after_reboot", "contact_support": "never"})
+                      max_reboots=2, drain=Policy(resume_by_check={"gpu.lost": "after_reboot"},
+                                                  resume_by_xid_action={"reboot": "after_reboot",
+                                                                        "contact_support": "never"}))
 IB = Finding(check="ib.port", status="fail", action="drain", message="mlx5_3 port 1 is DOWN", hca="mlx5_3", port=1)
 DBE = Finding(check="gpu.ecc.uncorrectable", status="fail", action="drain", message="GPU 3: 2 DBE", gpu=3,
               evidence={"volatile_uncorrected": 2})
@@ -18,7 +21,7 @@ WARN = Finding(check="gpu.temperature", status="warn", action="warn", message="h
 
 
 def run(findings, failing=None, boots=None, boot="A", grace=False):
-    return tally(causes_of(findings, POLICY), failing or {}, boots or {}, boot, grace, POLICY)
+    return tally(causes_of(findings, POLICY.drain), failing or {}, boots or {}, boot, grace, POLICY)
 
 
 def test_a_flapping_check_drains_only_after_k_consecutive_runs():
@@ -49,7 +52,7 @@ def test_grace_runs_after_boot_count_no_flapping_failure_but_count_a_dbe():
 
 def test_resume_mode_follows_the_xid_action_and_the_check():
     causes = causes_of([XID79, DBE, Finding(check="gpu.lost", status="fail", action="drain", message="lost", gpu=2)],
-                       POLICY)
+                       POLICY.drain)
     assert [c.resume_mode for c in causes] == ["after_reboot", "auto", "after_reboot"]
 
 
@@ -73,8 +76,7 @@ def test_the_same_xid_twice_in_one_boot_is_not_a_reboot():
 
 
 def test_a_per_code_override_of_the_reboot_count():
-    policy = HealthPolicy(confirm_by_check={"kernel.xid": 1}, inspect_after_reboots=2,
-                          inspect_after_reboots_by_xid={"79": 1})
-    first = tally(causes_of([XID79], policy), {}, {}, "A", False, policy)
-    second = tally(causes_of([XID79], policy), {}, first.xid_boots, "B", False, policy)
+    policy = HealthPolicy(confirm_by_check={"kernel.xid": 1}, max_reboots=2, max_reboots_by_xid={"79": 1})
+    first = tally(causes_of([XID79], policy.drain), {}, {}, "A", False, policy)
+    second = tally(causes_of([XID79], policy.drain), {}, first.xid_boots, "B", False, policy)
     assert second.confirmed[0].reason.check == REPEAT_CHECK

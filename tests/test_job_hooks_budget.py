@@ -14,7 +14,7 @@ OURS = "gpu-hooks: v1 gpu.lost gpu5; GPU 5 lost"
 
 @pytest.fixture(autouse=True)
 def no_settle(monkeypatch):
-    monkeypatch.setattr("healthcheck.actions.gate.BUDGET_SETTLE_S", 0.0)
+    monkeypatch.setattr("healthcheck.actions.budget.SETTLE_S", 0.0)
 
 
 def config(**health):

@@ -9,10 +9,12 @@ import time
 
 import pytest
 
-from healthcheck.actions import gate
+from healthcheck.actions import budget
 from healthcheck.config import Config
 from healthcheck.health.run import run_health
 from healthcheck.remediate import ledger as ledgers
+from healthcheck.remediate.plan import signature_of
+from healthcheck.remediate.run import situation_of
 from healthcheck.sim.node import SimNode
 from healthcheck.slurm.backend import reboot_argv
 from healthcheck.sources import sim_sources
@@ -26,7 +28,7 @@ PROFILE = os.path.join(SIM_PROFILES, "h100-healthy.toml")
 
 @pytest.fixture(autouse=True)
 def no_settle(monkeypatch):
-    monkeypatch.setattr(gate, "BUDGET_SETTLE_S", 0.0)
+    monkeypatch.setattr(budget, "SETTLE_S", 0.0)
 
 
 def make_config(tmp_path, health=None, **remediate):
@@ -103,15 +105,15 @@ def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service(tmp_path)
 
 
 def test_the_fault_signature_names_the_gpu_by_uuid_where_the_evidence_has_it():
-    from healthcheck.health.state import Drained
+    from healthcheck.actions.state import Drained
 
     evidence = [{"check": "gpu.ecc.uncorrectable", "gpu": 3, "uuid": "GPU-abc"}, {"gpu": 5, "uuid": "GPU-other"}]
     record = Drained(cause="gpu.ecc.uncorrectable gpu3", resume_mode="after_reboot", boot_id="b", at=1.0,
                      evidence=evidence)
-    assert gate._signature(record) == "gpu.ecc.uncorrectable gpu3 GPU-abc"
+    assert signature_of(record) == "gpu.ecc.uncorrectable gpu3 GPU-abc"
     lost = Drained(cause="gpu.lost gpu3", resume_mode="after_reboot", boot_id="b", at=1.0,
                    evidence=[{"check": "gpu.lost", "gpu": 3, "uuid": None}])
-    assert gate._signature(lost) == "gpu.lost gpu3"      # a GPU lost before NVML named it
+    assert signature_of(lost) == "gpu.lost gpu3"      # a GPU lost before NVML named it
 
 
 # What Slurm writes for a lemon, per release behaviour (docs/slurm-versions.md): 24.11 and later
@@ -273,7 +275,7 @@ def test_a_reset_that_did_not_clear_the_fault_is_followed_by_a_reboot(tmp_path):
 
 
 def test_the_gpus_a_run_saw_a_process_on_are_busy_for_the_decision():
-    from healthcheck.health.state import Drained
+    from healthcheck.actions.state import Drained
     from healthcheck.remediate.plan import RemediatePolicy
     from healthcheck.drain_reason import parse_reason
     from healthcheck.slurm.backend import NodeInfo
@@ -283,7 +285,7 @@ def test_the_gpus_a_run_saw_a_process_on_are_busy_for_the_decision():
     info = NodeInfo(name="gpu1", state="IDLE+DRAIN", reason=reason)
     ours = parse_reason(reason, "gpu-hooks:")
     for busy, expected in (((2, 5), True), ((5,), False), ((), False)):
-        situation = gate.situation_of(record, info, ours, ledgers.Ledger(), "s", "b", 2.0, RemediatePolicy(), busy)
+        situation = situation_of(record, info, ours, ledgers.Ledger(), "s", "b", 2.0, RemediatePolicy(), busy)
         assert situation.gpu_busy is expected and situation.gpu_scoped
 
 
@@ -321,7 +323,7 @@ def test_a_drain_that_replaces_a_record_someone_else_ended_opens_its_own_episode
     clean-up, an admin's scontrol), its record still in the health state, when a new fault drained
     the node in the next run. That drain must open its episode, or its reboot and its return to
     service are never counted (the episode stayed unopened and never closed)."""
-    from healthcheck.health.state import Drained, NodeState, load, save
+    from healthcheck.actions.state import Drained, NodeState, load, save
 
     cluster = Cluster(tmp_path, names=("gpu1",))
     boot = load(cluster.state_dir, "gpu1").boot_id

@@ -294,7 +294,7 @@ def test_after_boot_runs_until_one_run_has_judged_the_node_as_slurm_has_it_back(
 
 
 def _drained_in(node: "Node", boot: str, mode: str = "after_reboot") -> None:
-    from healthcheck.health.state import Drained, NodeState, save
+    from healthcheck.actions.state import Drained, NodeState, save
 
     save(str(node.state), "gpu7", NodeState(boot_id=boot, drained=Drained(
         cause="gpu.lost gpu3", resume_mode=mode, boot_id=boot, at=time.time())))
@@ -303,7 +303,7 @@ def _drained_in(node: "Node", boot: str, mode: str = "after_reboot") -> None:
 def _last_result(node: "Node", rule: str) -> None:
     import json
 
-    from healthcheck.health.state import last_path
+    from healthcheck.actions.state import last_path
 
     path = last_path(str(node.state), "gpu7")
     with open(path, "w", encoding="utf-8") as handle:

@@ -5,10 +5,11 @@ Which evidence number goes into the reason as its key (``dbe:2``, ``xid:79``) is
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Tuple
 
 from ..drain_reason import DrainReason
 from ..findings import Finding
+from ..plain import plain
 
 # check id -> ((key in the reason, evidence field), ...)
 REASON_KEYS: Dict[str, Tuple[Tuple[str, str], ...]] = {
@@ -45,18 +46,35 @@ def reason_for(finding: Finding) -> DrainReason:
     return DrainReason(check=finding.check, subject=subject(finding), keys=keys, summary=finding.message)
 
 
-def drain_causes(findings: Iterable[Finding]) -> List[DrainReason]:
-    """One reason per distinct cause among the drain findings, in the findings' order."""
-    out: List[DrainReason] = []
+@plain
+class Cause:
+    """One drain cause of this run: its reason, the finding it came from, how it is resumed."""
+    reason: DrainReason
+    finding: Finding
+    resume_mode: str = "auto"
+
+    @property
+    def key(self) -> str:
+        return self.reason.cause
+
+
+def causes_of(findings: Iterable[Finding], policy=None) -> List[Cause]:
+    """The drain findings' causes, one per distinct cause in the findings' order, each with its
+    resume mode (``policy``: ``decision.Policy``; None: "auto")."""
+    out: List[Cause] = []
     seen = set()
     for finding in findings:
-        if is_drain_finding(finding):
-            reason = reason_for(finding)
-            if reason.cause not in seen:
-                seen.add(reason.cause)
-                out.append(reason)
+        if not is_drain_finding(finding):
+            continue
+        reason = reason_for(finding)
+        if reason.cause in seen:
+            continue
+        seen.add(reason.cause)
+        xid_action = str(finding.evidence.get("xid_action", "")) if finding.check.startswith("kernel.") else ""
+        out.append(Cause(reason, finding, policy.resume_mode(finding.check, xid_action) if policy else "auto"))
     return out
 
 
-def first(causes: List[DrainReason]) -> Optional[DrainReason]:
-    return causes[0] if causes else None
+def drain_causes(findings: Iterable[Finding]) -> List[DrainReason]:
+    return [cause.reason for cause in causes_of(findings)]
+

@@ -41,6 +41,11 @@ SLURM_BUSY_FLAGS = ("REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERING_DOWN", "POWER
                     "POWER_DOWN", "POWER_UP", "MAINTENANCE", "NOT_RESPONDING", "FAIL", "FUTURE", "UNKNOWN")
 
 
+# A drain for a repeated Xid (the same Xid on the same GPU after the reboots allowed) has this
+# check id; it is never resumed automatically (RESUME_MODE_RULES).
+REPEAT_CHECK = "kernel.xid.repeat"
+
+
 @plain(frozen=True)
 class Policy:
     enabled: bool = True                         # the master switch: False, and nothing is changed
@@ -48,19 +53,40 @@ class Policy:
     max_reason_len: int = DEFAULT_MAX_LEN
     resume_default: str = "auto"                 # auto | after_reboot | never
     resume_by_check: Mapping[str, str] = field(default_factory=dict)
+    resume_by_xid_action: Mapping[str, str] = field(default_factory=dict)
     resume_by_cause: Mapping[str, str] = field(default_factory=dict)   # DrainReason.cause -> mode (as recorded)
 
-    def resume_mode(self, cause: DrainReason) -> str:
-        if cause.cause in self.resume_by_cause:
-            return self.resume_by_cause[cause.cause]
-        return self.resume_by_check.get(cause.check or "", self.resume_default)
+    def resume_mode(self, check: str, xid_action: str = "", cause: str = "") -> str:
+        """How a drain ends once every check passes: the first row of ``RESUME_MODE_RULES`` that
+        gives a mode."""
+        for _, mode in RESUME_MODE_RULES:
+            found = mode(self, check, xid_action, cause)
+            if found:
+                return found
+        raise AssertionError("the last row always gives a mode")
 
     @classmethod
     def from_config(cls, config) -> "Policy":
-        drain = config.section("drain")
+        drain, health = config.section("drain"), config.section("health")
         return cls(enabled=bool(drain.get("enabled", True)),
                    reason_prefix=str(drain.get("reason_prefix", DEFAULT_PREFIX)),
-                   max_reason_len=int(drain.get("max_reason_len", DEFAULT_MAX_LEN)))
+                   max_reason_len=int(drain.get("max_reason_len", DEFAULT_MAX_LEN)),
+                   resume_default=str(health.get("resume_default", "auto")),
+                   resume_by_check=dict(health.get("resume", {})),
+                   resume_by_xid_action=dict(health.get("resume_xid_action", {})))
+
+
+# The one table of resume modes, first row that gives one wins: (row, mode or "").
+RESUME_MODE_RULES: Tuple[Tuple[str, Callable[[Policy, str, str, str], str]], ...] = (
+    # our drain as recorded keeps the mode it was made with (a config changed since does not move it)
+    ("recorded", lambda p, check, action, cause: p.resume_by_cause.get(cause, "")),
+    # the same Xid back after the reboots allowed: a person looks, whatever [health.resume] says
+    ("repeat", lambda p, check, action, cause: "never" if check == REPEAT_CHECK else ""),
+    # a kernel-log finding by its Xid action ([health.resume_xid_action])
+    ("xid-action", lambda p, check, action, cause: p.resume_by_xid_action.get(action, "") if action else ""),
+    ("check", lambda p, check, action, cause: p.resume_by_check.get(check, "")),       # [health.resume]
+    ("default", lambda p, check, action, cause: p.resume_default),                     # [health] resume_default
+)
 
 
 @plain
@@ -177,7 +203,7 @@ def _blocked_unreachable(s: Situation) -> Decision:
 
 def _resume_mode(s: Situation) -> str:
     ours = s.ours
-    return s.policy.resume_mode(ours) if ours is not None else "never"
+    return s.policy.resume_mode(ours.check or "", cause=ours.cause) if ours is not None else "never"
 
 
 # -- the table ---------------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ alone does, in this order, under the node's decision lock (``serial.deciding_alo
 3. decide (pure: ``decision.decide`` for a drain or a judged run, ``_admin_resume`` for the CLI):
    ownership (a reason that is not ours is never overwritten nor resumed), Slurm busy with the
    node, the resume mode and the reboot since the drain;
-4. the drain budget for a new drain (``health.budget``; Slurm not answering the budget query is
+4. the drain budget for a new drain (``budget``; Slurm not answering the budget query is
    ``slurm-unreachable-fault`` too: one name for Slurm not answering);
 5. apply: the one call that changes Slurm (``EDGES``), said to the watchdog before and after;
-6. after a new drain, the budget again once concurrent drains are visible, and our drain undone
-   when it is beyond the budget (``drain-budget``);
+6. after a new drain, the budget's settle (``budget.settle``): our drain undone, through ``apply``,
+   when concurrent drains put it beyond the budget (``drain-budget``);
 7. the record: a drain applied by any hook records its cause, resume mode, boot and evidence, so
    the health check knows it (the reboot-aware resume) and ``slurm-gpu drained`` shows it; a
    resume forgets it.
@@ -21,8 +21,9 @@ alone does, in this order, under the node's decision lock (``serial.deciding_alo
 Slurm's failures come back in the outcome as one line, never as an exception.
 
 Adding an action (the remediation's reboot: ``scontrol reboot ASAP reason=...``)
-is one intent in ``DECIDERS``, one kind in ``decision.CHANGING_KINDS`` and one edge in ``EDGES``;
-it then gets the lock, the record, the control-plane faults and the watchdog notes from here.
+is one kind in ``decision.CHANGING_KINDS`` and one edge in ``EDGES``; it then gets the lock, the
+record, the control-plane faults and the watchdog notes from here. The remediation
+(``healthcheck/remediate/run.py``) decides its step itself and hands it in (``Request.decide``).
 """
 from __future__ import annotations
 
@@ -32,19 +33,16 @@ from ..plain import field, plain, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..findings import Finding
-from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, drain_argv, reboot_argv, resume_argv
+from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, resume_argv
 from ..hooklib.watchdog import note
-from .decision import Decision, decide
+from . import budget, state as node_state
+from .cause import causes_of
+from .decision import Decision, Policy, decide
 
 # One name for "Slurm could not answer", whether the node query or the drain budget's query.
 SLURM_UNREACHABLE = "slurm-unreachable-fault"
 # The drain budget refused a new drain, or undid one a concurrent drain put beyond it.
 BUDGET_RULE = "drain-budget"
-# Nodes decide their drains at the same moment (slurmd fires every node's health check on one
-# interval), each after one query that cannot see the others' drains yet. The re-check after our
-# drain waits this long first, so every concurrent drain is visible to every node and all of them
-# rank the drains alike; otherwise two nodes each see only themselves and both keep their drains.
-BUDGET_SETTLE_S = 2.0
 # Rules after which the drain record is forgotten: the node is someone else's now.
 FOREIGN_RULES = ("foreign-reason", "foreign-out-of-service")
 
@@ -55,7 +53,8 @@ class Request:
 
     intent: ``judge`` (the health check: drain or resume, as the findings say), ``drain`` (the
     prolog and epilog: drain when a finding asks for it, never resume), ``resume`` (an admin's
-    ``slurm-gpu resume``: resume our drain when no finding drains; ``force``: any drain)."""
+    ``slurm-gpu resume``: resume our drain when no finding drains; ``force``: any drain),
+    ``remediate`` (the remediation's step: ``decide`` gives it from the node as the gate read it)."""
     intent: str
     node: str
     by: str                                        # healthcheck | prolog | epilog | cli
@@ -68,10 +67,8 @@ class Request:
     now: Optional[float] = None
     # remediate: (plan.Situation, plan.Step) as the session read them under the node's lock
     remedy: Optional[Tuple[Any, Any]] = None
-    # remediate, step reset-gpu: the reset's argument list, its program resolved (None: no such
-    # program, or no GPU to name), and its deadline
-    reset_command: Optional[Tuple[str, ...]] = None
-    reset_timeout_s: float = 0.0
+    # remediate: (the node as the gate read it or None, Slurm's error) -> the decision
+    decide: Optional[Callable[[Optional[NodeInfo], str], Decision]] = None
 
 
 @plain
@@ -96,14 +93,6 @@ class Outcome:
     info: Optional[NodeInfo]                       # the node as Slurm showed it (None: no answer)
     notes: List[str] = field(default_factory=list)     # lines for the log (lock, budget, undo)
     budget_blocked: bool = False                   # the budget refused or undid the drain
-
-    @property
-    def rule(self) -> str:
-        return self.decision.rule
-
-    @property
-    def done(self) -> bool:
-        return self.applied.done
 
 
 # -- the edge ----------------------------------------------------------------------------------------
@@ -180,25 +169,14 @@ def blocked(decision: Decision, rule: str, why: str) -> Decision:
                     scontrol=decision.scontrol)
 
 
-def drain_policy(policy, record):
-    """The decision's policy: our reason's format and master switch from ``[drain]``, resume modes
-    from ``[health]``, the recorded drain's own mode for its cause."""
-    from ..health.policy import REPEAT_CHECK
-
-    by_cause = {record.cause: record.resume_mode} if record is not None else {}
-    by_check = dict(policy.resume_by_check)
-    by_check[REPEAT_CHECK] = "never"
-    return replace(policy.drain, resume_default=policy.resume_default, resume_by_check=by_check,
-                   resume_by_cause=by_cause)
+def drain_policy(policy: Policy, record) -> Policy:
+    """The decision's policy, with the recorded drain's own resume mode for its cause."""
+    return replace(policy, resume_by_cause={record.cause: record.resume_mode} if record is not None else {})
 
 
-def causes_for(request: Request, policy) -> List[Any]:
-    """The request's drain causes (``health.streaks.Cause``: reason, finding, resume mode)."""
-    if request.causes is not None:
-        return list(request.causes)
-    from ..health.streaks import causes_of
-
-    return causes_of(request.findings, policy)
+def causes_for(request: Request, policy: Policy) -> List[Any]:
+    """The request's drain causes (``cause.Cause``: reason, finding, resume mode)."""
+    return list(request.causes) if request.causes is not None else causes_of(request.findings, policy)
 
 
 def _judge(request: Request, info: Optional[NodeInfo], slurm_error: str, policy, record,
@@ -221,7 +199,7 @@ def _admin_resume(request: Request, info: Optional[NodeInfo], slurm_error: str, 
     node = request.node
     if info is None:
         return Decision("blocked", node, SLURM_UNREACHABLE, f"Slurm could not be asked ({slurm_error or 'no answer'})")
-    prefix = policy.drain.reason_prefix
+    prefix = policy.reason_prefix
     ours = parse_reason(info.reason, prefix) if info.reason else None
     if not (info.drained or info.down or info.has("FAIL")):
         return Decision("none", node, "in-service", f"{info.state}, not drained: nothing to resume")
@@ -241,41 +219,10 @@ def _admin_resume(request: Request, info: Optional[NodeInfo], slurm_error: str, 
                     reason=info.reason or None, cause=ours, scontrol=resume_argv(node))
 
 
-def _remediate(request: Request, info: Optional[NodeInfo], slurm_error: str, policy, record,
-               causes: List[Any]) -> Decision:
-    """The remediation's next step for a node we drained (``healthcheck/remediate/plan.py``; the
-    session read the ledger and Slurm into ``request.remedy``): a reboot asked of Slurm, our reason
-    turned into an inspection, or nothing now."""
-    from ..drain_reason import format_reason, parse_reason
-    from ..remediate.plan import CLAIM_KEY, inspect_reason, reason_with
-
-    node = request.node
-    if info is None:
-        return Decision("none", node, SLURM_UNREACHABLE, f"Slurm could not be asked ({slurm_error or 'no answer'})")
-    situation, step = request.remedy
-    ours = parse_reason(info.reason, policy.drain.reason_prefix) if info.reason else None
-    rule = f"remediate-{step.rule}"
-    if step.kind == "reboot" and ours is not None:
-        text = format_reason(reason_with(ours, {CLAIM_KEY: ""}), policy.drain.reason_prefix,
-                             policy.drain.max_reason_len)
-        return Decision("reboot", node, rule, step.why, reason=text, cause=ours, scontrol=reboot_argv(node, text))
-    if step.kind == "reset-gpu" and ours is not None:
-        if not request.reset_command:
-            return Decision("none", node, "remediate-reset-refused",
-                            "no GPU reset command to run ([remediate] gpu_reset_command not found)",
-                            reason=info.reason or None, cause=ours)
-        return Decision("reset", node, rule, step.why, reason=info.reason or None, cause=ours,
-                        command=tuple(request.reset_command), timeout_s=request.reset_timeout_s)
-    if step.kind == "inspect" and ours is not None:
-        text = format_reason(inspect_reason(ours, situation.reboots), policy.drain.reason_prefix,
-                             policy.drain.max_reason_len)
-        return Decision("drain", node, rule, step.why, reason=text, cause=ours, scontrol=drain_argv(node, text))
-    return Decision("none", node, rule, step.why, reason=info.reason or None, cause=ours)
-
-
 # intent -> the pure decision for it.
-DECIDERS: Dict[str, Callable[..., Decision]] = {"judge": _judge, "drain": _judge, "resume": _admin_resume,
-                                                "remediate": _remediate}
+DECIDERS: Dict[str, Callable[..., Decision]] = {
+    "judge": _judge, "drain": _judge, "resume": _admin_resume,
+    "remediate": lambda request, info, slurm_error, *_: request.decide(info, slurm_error)}
 
 
 # -- the session: the node's lock held from reading Slurm to the saved record -------------------------
@@ -287,10 +234,9 @@ class Session:
 
     def __init__(self, config, backend: SlurmBackend, node: str, state_dir: str, policy, dry_run: bool,
                  unlocked: Optional[str]):
-        from ..health import state as node_state
-
         self.config, self.backend, self.node = config, backend, node
         self.state_dir, self.policy, self.dry_run = state_dir, policy, dry_run
+        self.budget = budget.Budget.from_config(config)
         self.notes: List[str] = [unlocked] if unlocked else []
         self.state = node_state.load(state_dir, node)
 
@@ -326,126 +272,22 @@ class Session:
         if before is not None and after is not None and before.cause == after.cause:
             return
         from ..remediate import ledger as ledgers
+        from ..remediate.plan import RemediatePolicy, signature_of
 
         try:
             with ledgers.changing(self.state_dir, self.node) as ledger:
                 if after is not None:
-                    from ..remediate.plan import RemediatePolicy
-
-                    ledger.note_drain(_signature(after), after.cause, now,
+                    ledger.note_drain(signature_of(after), after.cause, now,
                                       reopen_within_s=RemediatePolicy.from_config(self.config).window_s)
                 else:
                     ledger.note_resumed(now)
                     if outcome.request.intent == "resume" and outcome.applied.done:
-                        ledger.forget(_signature(before))     # an admin looked: the count starts again
+                        ledger.forget(signature_of(before))     # an admin looked: the count starts again
         except (OSError, ValueError) as exc:
             outcome.notes.append(f"remediation ledger not saved: {getattr(exc, 'strerror', None) or exc}")
 
-    def remediate(self, boot_id: str, now: Optional[float] = None, programs_dir: Optional[str] = None,
-                  busy_gpus: Sequence[int] = ()) -> Optional[Outcome]:
-        """After the health check's judgement: the remediation's step for our drain (a GPU reset
-        where ``gpu_reset`` allows it, a reboot asked of Slurm within the cluster-wide budget,
-        inspection once the reboots are spent, or nothing now); None when ``[remediate]`` is off or
-        nothing of ours is drained. ``programs_dir``: where a simulated node's programs are (its
-        ``nvidia-smi``); ``busy_gpus``: the GPUs (NVML indexes) the run saw a process on."""
-        from ..remediate.plan import RemediatePolicy
-
-        rpolicy = RemediatePolicy.from_config(self.config)
-        if not rpolicy.enabled or self.state.drained is None:
-            return None
-        from ..remediate import ledger as ledgers    # only now: every health check comes here
-        now = time.time() if now is None else now
-        try:
-            with ledgers.changing(self.state_dir, self.node) as ledger:
-                return self._remediate(rpolicy, ledger, boot_id, now, programs_dir, busy_gpus)
-        except (OSError, ValueError) as exc:
-            self.notes.append(f"remediation skipped: ledger not usable ({getattr(exc, 'strerror', None) or exc})")
-            return None
-
-    def _remediate(self, rpolicy, ledger, boot_id: str, now: float, programs_dir: Optional[str] = None,
-                   busy_gpus: Sequence[int] = ()) -> Optional[Outcome]:
-        from ..drain_reason import parse_reason
-        from ..remediate.plan import Step, next_step, rebooting
-        from ..plain import replace as _replace
-
-        record = self.state.drained
-        try:
-            info = self.backend.node(self.node)
-        except SlurmError as exc:
-            self.notes.append(f"remediation: Slurm could not be asked ({exc})")
-            return None
-        ours = parse_reason(info.reason, self.policy.drain.reason_prefix) if info.reason else None
-        signature = _signature(record)
-        situation = situation_of(record, info, ours, ledger, signature, boot_id, now, rpolicy, busy_gpus)
-        step = next_step(situation, rpolicy)
-        said: List[str] = []
-        if step.kind == "reset-gpu":
-            reset = self._reset_gpu(rpolicy, ledger, record, (situation, step), signature, boot_id, now,
-                                    programs_dir)
-            if reset.applied.done:
-                return reset
-            # Refused or failed: a reboot instead (within the budget), this run.
-            said.append(f"remediation: GPU reset not done ({reset.applied.error or reset.decision.why}); "
-                        "a reboot instead")
-            situation = _replace(situation, resets=situation.resets + 1, asked="")
-            step = next_step(situation, rpolicy)
-        if step.kind == "reboot" and rpolicy.max_rebooting_nodes > 0:
-            try:
-                situation = _replace(situation, rebooting_elsewhere=len(rebooting(self.backend.nodes(), self.node)))
-                step = next_step(situation, rpolicy)
-                if step.kind == "reboot" and not self._my_turn(info, ours, rpolicy):
-                    step = Step("wait-budget", "reboot-budget",
-                                "another node's turn within [remediate] max_rebooting_nodes")
-            except SlurmError as exc:
-                step = Step("none", "slurm-unreachable", f"Slurm could not be asked for the reboot budget ({exc})")
-        request = Request("remediate", self.node, "healthcheck", boot_id=boot_id, now=now, remedy=(situation, step))
-        outcome = self.submit(request)
-        outcome.notes[:0] = said
-        if outcome.applied.done and outcome.decision.kind == "reboot":
-            ledger.note_reboot(signature, record.cause, boot_id, now)
-        elif outcome.applied.done and outcome.decision.kind == "drain":
-            ledger.note_inspect(signature, record.cause, now)
-        return outcome
-
-    def _reset_gpu(self, rpolicy, ledger, record, remedy, signature: str, boot_id: str, now: float,
-                   programs_dir: Optional[str]) -> Outcome:
-        """The reset of the drain's GPU through the gate (``gpu_reset.py``: the command, ``{gpu}`` its
-        PCI bus id, UUID or index); tried once per boot, counted in the ledger either way."""
-        from .gpu_reset import reset_argv, reset_target, resolved
-
-        subject = record.cause.split(" ")[1] if " " in record.cause else ""
-        target = reset_target(record.evidence or (), subject)
-        command = resolved(reset_argv(rpolicy.gpu_reset_command, target), programs_dir) if target else None
-        ledger.note_reset(signature, record.cause, boot_id, now)
-        return self.submit(Request("remediate", self.node, "healthcheck", boot_id=boot_id, now=now, remedy=remedy,
-                                   reset_command=command, reset_timeout_s=rpolicy.gpu_reset_timeout_s))
-
-    def _my_turn(self, info: NodeInfo, ours, rpolicy) -> bool:
-        """The reboot budget without a race: claim a turn in our reason (``next:reboot``), wait until
-        every node that decides at this moment has claimed too, read them all, and keep the turn only
-        when within ``max_rebooting_nodes`` (``plan.reboot_turn``); otherwise the claim is taken back."""
-        from ..drain_reason import format_reason
-        from ..remediate.plan import CLAIM_KEY, CLAIM_VALUE, reason_with, reboot_turn
-
-        if ours is None:
-            return False
-        prefix, width = self.policy.drain.reason_prefix, self.policy.drain.max_reason_len
-        claim = format_reason(reason_with(ours, {CLAIM_KEY: CLAIM_VALUE}), prefix, width)
-        plain = format_reason(reason_with(ours, {CLAIM_KEY: ""}), prefix, width)
-        if claim != info.reason:
-            apply(self.backend, Decision("drain", self.node, "remediate-claim", "a turn to reboot", reason=claim,
-                                         cause=ours, scontrol=drain_argv(self.node, claim)))
-        time.sleep(BUDGET_SETTLE_S)
-        if reboot_turn(self.backend.nodes(), self.node, rpolicy.max_rebooting_nodes, prefix):
-            return True
-        apply(self.backend, Decision("drain", self.node, "remediate-unclaim", "not our turn", reason=plain,
-                                     cause=ours, scontrol=drain_argv(self.node, plain)))
-        return False
-
     def save(self, state=None) -> Optional[str]:
         """Write the health state (``state``, else the session's); a problem as one line."""
-        from ..health import state as node_state
-
         if state is not None:
             self.state = state
         if self.dry_run:
@@ -457,17 +299,12 @@ class Session:
         return None
 
     # -- the budget --------------------------------------------------------------------------------
-    def _budget_applies(self, decision: Decision) -> bool:
-        return decision.kind == "drain" and decision.rule == "drain" and self.policy.budget_enabled
-
     def _within_budget(self, outcome: Outcome, now: float) -> None:
-        from ..health.budget import over_budget
-
         decision = outcome.decision
-        if not self._budget_applies(decision):
+        if not (decision.kind == "drain" and decision.rule == "drain" and self.budget.enabled):
             return
         try:
-            why = over_budget(self.backend.nodes(), decision.node, self.policy, now)
+            why = budget.over_budget(self.backend.nodes(), decision.node, self.budget, self.policy.reason_prefix, now)
         except SlurmError as exc:
             outcome.decision = blocked(decision, SLURM_UNREACHABLE,
                                        f"Slurm could not be asked for the drain budget ({exc}); not draining "
@@ -479,19 +316,24 @@ class Session:
 
     def _undo_beyond_budget(self, outcome: Outcome) -> None:
         """After our drain: other nodes may have drained at the same moment; the drains beyond
-        the budget (latest first) are undone by their own nodes."""
-        from ..health.budget import keeps_its_drain
-
+        the budget (latest first) are undone by their own nodes, through ``apply``."""
         decision = outcome.decision
+        undo = Decision("resume", decision.node, BUDGET_RULE, "drain budget spent by a concurrent drain",
+                        reason=decision.reason, cause=decision.cause, scontrol=resume_argv(decision.node))
+        undone: List[Applied] = []
         try:
-            time.sleep(BUDGET_SETTLE_S)
-            if keeps_its_drain(self.backend.nodes(), decision.node, self.policy, time.time()):
+            if budget.settle(self.backend.nodes,
+                             lambda nodes: budget.keeps_its_drain(nodes, decision.node, self.budget,
+                                                                  self.policy.reason_prefix, time.time()),
+                             lambda: undone.append(apply(self.backend, undo))):
                 return
-            self.backend.resume(decision.node)
-            note("drain", "undone")             # the prolog's watchdog: the job may run after all
         except SlurmError as exc:
             outcome.notes.append(f"drain budget not re-checked after the drain: {exc}")
             return
+        if undone[0].error is not None:
+            outcome.notes.append(f"drain budget: our drain beyond it not undone: {undone[0].error}")
+            return
+        note("drain", "undone")             # the prolog's watchdog: the job may run after all
         outcome.budget_blocked = True
         outcome.notes.append(f"drain undone ({BUDGET_RULE}): another node drained at the same time and the "
                              f"budget holds one fewer; wanted: {decision.reason}")
@@ -500,8 +342,6 @@ class Session:
 
     # -- the record --------------------------------------------------------------------------------
     def _record(self, outcome: Outcome, info: Optional[NodeInfo], causes: List[Any], now: float) -> None:
-        from ..health import state as node_state
-
         decision, request = outcome.decision, outcome.request
         if request.intent == "remediate":
             if outcome.applied.done and decision.kind == "drain" and self.state.drained is not None:
@@ -514,49 +354,18 @@ class Session:
         if outcome.applied.done and decision.kind == "drain":
             mode = next((c.resume_mode for c in causes if c.key == decision.cause.cause), None)
             if mode is None:
-                mode = self.policy.resume_mode(decision.cause.check or "")
+                mode = self.policy.resume_mode(decision.cause.check or "", cause=decision.cause.cause)
             self.state.drained = node_state.Drained(
                 cause=decision.cause.cause, resume_mode=mode, boot_id=request.boot_id, at=now,
                 reason=decision.reason or "", evidence=[c.finding.to_json() for c in causes], by=request.by)
         elif outcome.applied.done and decision.kind == "resume":
             if request.intent == "resume":
-                _forget_inspection(self.state, info, self.policy.drain.reason_prefix)
+                _forget_inspection(self.state, info, self.policy.reason_prefix)
             self.state.drained = None
         elif info is not None and not (info.drained or info.down):
             self.state.drained = None            # resumed by someone (an admin, slurm-gpu resume)
         elif info is not None and decision.rule in FOREIGN_RULES:
             self.state.drained = None            # someone else's now
-
-
-def _signature(record) -> str:
-    """The fault signature of a drain record: its cause and the GPU's UUID from its evidence."""
-    from ..remediate.plan import signature
-
-    subject = record.cause.split(" ")[1] if " " in record.cause else ""
-    uuid = None
-    for finding in record.evidence or ():
-        if isinstance(finding, dict) and finding.get("uuid") and f"gpu{finding.get('gpu')}" == subject:
-            uuid = str(finding["uuid"])
-            break
-    return signature(record.cause, uuid)
-
-
-def situation_of(record, info: NodeInfo, ours, ledger, signature: str, boot_id: str, now: float, rpolicy,
-                 busy_gpus: Sequence[int] = ()):
-    """What the remediation decision looks at (``plan.Situation``), from the drain record, Slurm's
-    node, our reason on it and the ledger."""
-    from ..remediate.plan import INSPECT_KEY, Situation, within
-
-    entry = ledger.entries.get(signature)
-    asked = ledger.asked_in(boot_id) if ledger.asked is not None and ledger.asked.signature == signature else ""
-    return Situation(
-        ours=ours is not None, resume_mode=record.resume_mode, flags=tuple(info.flags),
-        idle=info.drained and info.base == "IDLE" and not info.has("COMPLETING"),
-        inspecting=ours is not None and INSPECT_KEY in ours.keys, asked=asked,
-        reboots=len(within(entry.reboots, now, rpolicy.window_s)) if entry else 0,
-        resets=entry.resets.get(boot_id, 0) if entry else 0,
-        gpu_scoped=ours is not None and ours.subject.startswith("gpu"),
-        gpu_busy=ours is not None and ours.subject in {f"gpu{index}" for index in busy_gpus})
 
 
 def _forget_inspection(state, info: Optional[NodeInfo], prefix: str) -> None:
@@ -578,10 +387,7 @@ def session(config, backend: SlurmBackend, node: str, state_dir: Optional[str] =
     that cannot be had is a note, and the gate decides anyway: a drain is never lost for it."""
     from .serial import decision_lock_wait_s, deciding_alone
 
-    if policy is None:
-        from ..health.policy import HealthPolicy
-
-        policy = HealthPolicy.from_config(config)
+    policy = Policy.from_config(config) if policy is None else policy
     state_dir = config.state_dir if state_dir is None else state_dir
     lock = contextlib.nullcontext() if dry_run else deciding_alone(state_dir, node, decision_lock_wait_s(config))
     with lock as unlocked:

@@ -202,7 +202,9 @@ CONFIG_SCHEMA: Dict[str, Any] = {
     },
     "remediate": {
         "enabled": Field(bool),
-        "max_reboots": Field(int, minimum=1, maximum=100),
+        "max_reboots": Field(int, minimum=1, maximum=_RUN_COUNT_MAX),
+        "max_reboots_xid": Field(dict, values=Field(int, minimum=1, maximum=_RUN_COUNT_MAX), check=_xid_code_keys_problem,
+                                 doc=_XID_KEY_DOC),
         "window_s": Field(float, minimum=60, maximum=_MAX_WINDOW_S, doc="seconds, at least 60"),
         "max_rebooting_nodes": Field(int, minimum=0, maximum=1 << 20),
         "gpu_reset": Field(bool),
@@ -299,6 +301,11 @@ DEPRECATED_KEYS: Dict[str, Tuple[str, str]] = {
     "watch.hook_socket": ("", "no effect: there is no hook server; remove it"),
     "watch.nvml_events": ("", "nothing: the watcher follows the kernel log alone, which carries every Xid "
                               "(docs/kernel-log.md, 'The watcher and NVML events')"),
+    # One "N reboots, then a person" rule (docs/remediation.md): the Xid repeat counted the boots a
+    # fault was seen in, the remediation its own reboots; both now stop at [remediate] max_reboots.
+    "health.inspect_after_reboots": ("remediate.max_reboots", "set [remediate] max_reboots (the one reboot limit)"),
+    "health.inspect_after_reboots_xid": ("remediate.max_reboots_xid",
+                                         "set [remediate] max_reboots_xid (the one reboot limit, per Xid)"),
 }
 
 

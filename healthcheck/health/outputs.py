@@ -15,7 +15,7 @@ from ..findings import STATUSES
 from ..plain import plain
 from ..safeio.fsutil import DIR_MODE, append_line, atomic_write, ensure_dir, path_component
 from ..hooklib.runlog import rotate_if_full
-from .state import health_dir, last_path
+from ..actions.state import health_dir, last_path
 
 EVIDENCE_MAX_BYTES = 1 << 20
 TEXTFILE_MODE = 0o644          # node_exporter runs as its own user

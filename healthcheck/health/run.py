@@ -22,9 +22,10 @@ from ..findings import unseen, without_timeout_drains
 from ..runner import Probes, Report, run_checks
 from ..slurm.backend import SlurmBackend
 from ..sources import NodeSources
-from . import state as node_state
+from ..actions import state as node_state
+from ..actions.cause import causes_of
 from .policy import HealthPolicy
-from .streaks import Tally, causes_of, tally
+from .streaks import Tally, tally
 
 TIER = "health"
 CONSUMER = "hook"
@@ -136,17 +137,20 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     report = run_checks(config, node, TIER, sources=sources, now=started, consumer=CONSUMER, probes=probes,
                         extra_reads=health_reads(config))
     without_timeout_drains(report.findings, policy.drain_on_probe_timeout)
-    counted = tally(causes_of(report.findings, policy), previous.failing, previous.xid_boots, boot, in_grace, policy)
+    counted = tally(causes_of(report.findings, policy.drain), previous.failing, previous.xid_boots, boot, in_grace, policy)
 
     # The drain gate: from the Slurm read to the saved state, this node's other hooks wait (no
     # double drain), and the drain record is the one they keep (whoever drained).
     request = gate.Request("judge", node, "healthcheck", findings=tuple(report.findings),
                            causes=tuple(counted.confirmed), pending=bool(counted.pending),
                            unseen=unseen(report.findings), boot_id=boot, now=started)
-    with gate.session(config, backend, node, state_dir=sources.state_dir, policy=policy, dry_run=dry_run) as door:
+    with gate.session(config, backend, node, state_dir=sources.state_dir, policy=policy.drain, dry_run=dry_run) as door:
         outcome = door.submit(request)
-        remedy = None if dry_run else door.remediate(boot, started, programs_dir=sources.programs_dir,
-                                                     busy_gpus=_busy_gpus(report))
+        remedy = None
+        if not dry_run and door.state.drained is not None and config.section("remediate")["enabled"]:
+            from ..remediate.run import remediate      # only then: a quiet run loads none of it
+
+            remedy = remediate(door, boot, started, programs_dir=sources.programs_dir, busy_gpus=_busy_gpus(report))
         result = HealthRun(node=node, report=report, decision=outcome.decision, applied=outcome.applied,
                            tally=counted, boot_id=boot, in_grace=in_grace, dry_run=dry_run, started=started,
                            notes=outcome.notes + (remedy.notes if remedy else []), checks=list(config.tier(TIER)),

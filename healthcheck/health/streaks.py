@@ -9,24 +9,12 @@ from __future__ import annotations
 from ..plain import field, plain
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..actions.cause import Cause
+from ..actions.decision import REPEAT_CHECK
 from ..drain_reason import DrainReason
-from ..findings import Finding
-from ..actions.cause import is_drain_finding, reason_for
-from .policy import REPEAT_CHECK, HealthPolicy
+from .policy import HealthPolicy
 
 MAX_BOOTS_KEPT = 16
-
-
-@plain
-class Cause:
-    """One drain cause of this run: its reason, the finding it came from, how it is resumed."""
-    reason: DrainReason
-    finding: Finding
-    resume_mode: str = "auto"
-
-    @property
-    def key(self) -> str:
-        return self.reason.cause
 
 
 @plain
@@ -35,21 +23,6 @@ class Tally:
     pending: List[Tuple[Cause, int, int]] = field(default_factory=list)    # (cause, failing runs, needed)
     failing: Dict[str, int] = field(default_factory=dict)                   # cause -> consecutive failing runs
     xid_boots: Dict[str, List[str]] = field(default_factory=dict)
-
-
-def causes_of(findings: Sequence[Finding], policy: HealthPolicy) -> List[Cause]:
-    out: List[Cause] = []
-    seen = set()
-    for finding in findings:
-        if not is_drain_finding(finding):
-            continue
-        reason = reason_for(finding)
-        if reason.cause in seen:
-            continue
-        seen.add(reason.cause)
-        xid_action = str(finding.evidence.get("xid_action", "")) if finding.check.startswith("kernel.") else ""
-        out.append(Cause(reason, finding, policy.resume_mode(finding.check, xid_action)))
-    return out
 
 
 def xid_key(cause: Cause) -> Optional[str]:

@@ -12,7 +12,7 @@ the caller passes what it read (Slurm's node, the ledger, the findings) as ``Sit
 """
 from __future__ import annotations
 
-from ..plain import plain
+from ..plain import field, plain
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 # What remediation does next (``drained --json``'s ``next``):
@@ -39,17 +39,22 @@ REBOOT_PENDING_FLAGS = ("REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT")
 @plain(frozen=True)
 class RemediatePolicy:
     enabled: bool = False
-    max_reboots: int = 2
+    max_reboots: int = 2                # the one "N reboots, then a person" rule (per Xid: max_reboots_by_xid)
+    max_reboots_by_xid: Mapping[str, int] = field(default_factory=dict)
     window_s: float = 604800.0
     max_rebooting_nodes: int = 2
     gpu_reset: bool = False
     gpu_reset_command: Tuple[str, ...] = ("nvidia-smi", "--gpu-reset", "-i", "{gpu}")
     gpu_reset_timeout_s: float = 20.0
 
+    def reboots_allowed(self, xid: str = "") -> int:
+        return int(self.max_reboots_by_xid.get(xid, self.max_reboots)) if xid else self.max_reboots
+
     @classmethod
     def from_config(cls, config: Any) -> "RemediatePolicy":
         section: Dict[str, Any] = config.section("remediate")
         return cls(enabled=bool(section["enabled"]), max_reboots=int(section["max_reboots"]),
+                   max_reboots_by_xid={str(k): int(v) for k, v in section.get("max_reboots_xid", {}).items()},
                    window_s=float(section["window_s"]), max_rebooting_nodes=int(section["max_rebooting_nodes"]),
                    gpu_reset=bool(section["gpu_reset"]),
                    gpu_reset_command=tuple(str(arg) for arg in section["gpu_reset_command"]),
@@ -70,6 +75,7 @@ class Situation:
     gpu_scoped: bool = False            # the cause is one GPU (a reset could clear it)
     gpu_busy: bool = False              # a process holds that GPU (no reset then)
     rebooting_elsewhere: int = 0        # other nodes rebooting now (Slurm's flags, cluster-wide)
+    xid: str = ""                       # the cause's Xid code, if any (max_reboots_xid)
 
 
 @plain(frozen=True)
@@ -94,7 +100,7 @@ RULES: Sequence[Rule] = (
     ("slurm-owns", lambda s, p: _any(s.flags, SLURM_OWNS_FLAGS), "slurm-owns",
      "Slurm is busy with the node (down, not responding, rebooting, powering): never fought over"),
     ("wait-idle", lambda s, p: not s.idle, "wait-idle", "jobs still run on the draining node"),
-    ("reboots-spent", lambda s, p: s.reboots >= p.max_reboots, "inspect",
+    ("reboots-spent", lambda s, p: s.reboots >= p.reboots_allowed(s.xid), "inspect",
      "the fault came back after every reboot allowed ([remediate] max_reboots): drain for inspection"),
     ("reset-first", lambda s, p: p.gpu_reset and s.gpu_scoped and not s.gpu_busy and s.resets == 0
      and s.asked != "reset", "reset-gpu", "a GPU reset may clear it ([remediate] gpu_reset); a reboot if it does not"),
@@ -119,6 +125,17 @@ def signature(cause: str, gpu_uuid: Optional[str]) -> str:
     """A fault's identity across reboots: its cause (check, subject, Xid) with the GPU named by
     UUID (an index moves when a GPU drops out; the UUID follows the part)."""
     return f"{cause} {gpu_uuid}" if gpu_uuid else cause
+
+
+def signature_of(record) -> str:
+    """The fault signature of a drain record: its cause and the GPU's UUID from its evidence."""
+    subject = record.cause.split(" ")[1] if " " in record.cause else ""
+    uuid = None
+    for finding in record.evidence or ():
+        if isinstance(finding, dict) and finding.get("uuid") and f"gpu{finding.get('gpu')}" == subject:
+            uuid = str(finding["uuid"])
+            break
+    return signature(record.cause, uuid)
 
 
 def within(times: Sequence[float], now: float, window_s: float) -> List[float]:
@@ -167,7 +184,7 @@ def reboot_turn(nodes: Sequence[Any], this: str, limit: int, prefix: str) -> boo
 
     if limit <= 0:
         return True
-    busy = sorted(n.name for n in nodes if n.name != this and n.has(*REBOOT_PENDING_FLAGS))
+    busy = rebooting(nodes, this)
     claims = sorted(n.name for n in nodes if not n.has(*REBOOT_PENDING_FLAGS)
                     and claiming(parse_reason(n.reason, prefix) if n.reason else None))
     order = busy + [name for name in claims if name not in busy]

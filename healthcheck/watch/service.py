@@ -201,7 +201,7 @@ class Watcher:
         return fresh
 
     def _check_boot(self) -> None:
-        from ..health.state import waits_for_a_reboot      # read only: the health check keeps it
+        from ..actions.state import waits_for_a_reboot      # read only: the health check keeps it
 
         try:
             with open(self.boot_id_path, encoding="ascii", errors="replace") as handle:
@@ -223,7 +223,7 @@ class Watcher:
         """The boot id read every ``BOOT_LOOK_S`` (a new boot under a running watcher: the lab's
         RebootProgram; on a node the watcher starts with its boot); a run asked while a boot
         waits to be judged (``AfterBoot``)."""
-        from ..health.state import last_judgement
+        from ..actions.state import last_judgement
 
         now = self.clock()
         if now - self._boot_looked >= BOOT_LOOK_S:

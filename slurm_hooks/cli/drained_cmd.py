@@ -39,17 +39,17 @@ def remediation_state(node: NodeInfo, record, parsed, state_dir: str, policy) ->
     (the remediation's next step, ``healthcheck/remediate/plan.py``), from the ledger alone."""
     import time as _time
 
-    from healthcheck.actions.gate import _signature, situation_of
     from healthcheck.remediate import ledger as ledgers
-    from healthcheck.remediate.plan import next_step
+    from healthcheck.remediate.plan import next_step, signature_of
+    from healthcheck.remediate.run import situation_of
 
     ledger = ledgers.load(state_dir, node.name)
-    situation = situation_of(record, node, parsed, ledger, _signature(record), "", _time.time(), policy)
+    situation = situation_of(record, node, parsed, ledger, signature_of(record), "", _time.time(), policy)
     return {"reboots": situation.reboots, "next": next_step(situation, policy).kind}
 
 
 def row(node: NodeInfo, prefix: str, state_dir: str, remediate=None) -> Dict[str, Any]:
-    from healthcheck.health import state as node_state
+    from healthcheck.actions import state as node_state
 
     ours = is_ours(node.reason, prefix)
     evidence: Optional[List[Dict[str, Any]]] = None

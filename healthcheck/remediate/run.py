@@ -1,0 +1,153 @@
+"""One remediation run inside the drain gate's session (the node's lock held), after the health
+check's judgement: read the ledger and Slurm, take the next step (``plan.next_step``), hand its
+decision to the gate (``Request.decide``), count what was done in the ledger. A refused or failed
+GPU reset becomes a reboot in the same run; a reboot waits for its turn within ``[remediate]
+max_rebooting_nodes`` (``actions.budget.settle``, a claim in our reason as the act)."""
+from __future__ import annotations
+
+import time
+from typing import List, Optional, Sequence
+
+from ..actions import budget
+from ..actions.decision import Decision
+from ..actions.gate import SLURM_UNREACHABLE, Outcome, Request, Session, apply
+from ..actions.gpu_reset import reset_argv, reset_target, resolved
+from ..drain_reason import format_reason, parse_reason
+from ..plain import replace
+from ..slurm.backend import NodeInfo, SlurmError, drain_argv, reboot_argv
+from . import ledger as ledgers
+from .plan import (CLAIM_KEY, CLAIM_VALUE, INSPECT_KEY, RemediatePolicy, Situation, Step, inspect_reason, next_step,
+                   reason_with, reboot_turn, rebooting, signature_of, within)
+
+
+def remediate(door: Session, boot_id: str, now: Optional[float] = None, programs_dir: Optional[str] = None,
+              busy_gpus: Sequence[int] = ()) -> Optional[Outcome]:
+    """The remediation's step for our drain; None when ``[remediate]`` is off or nothing of ours is
+    drained. ``programs_dir``: a simulated node's programs (its ``nvidia-smi``); ``busy_gpus``: the
+    GPUs (NVML indexes) the run saw a process on."""
+    rpolicy = RemediatePolicy.from_config(door.config)
+    if not rpolicy.enabled or door.state.drained is None:
+        return None
+    now = time.time() if now is None else now
+    try:
+        with ledgers.changing(door.state_dir, door.node) as ledger:
+            return _remediate(door, rpolicy, ledger, boot_id, now, programs_dir, busy_gpus)
+    except (OSError, ValueError) as exc:
+        door.notes.append(f"remediation skipped: ledger not usable ({getattr(exc, 'strerror', None) or exc})")
+        return None
+
+
+def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, now: float,
+               programs_dir: Optional[str], busy_gpus: Sequence[int]) -> Optional[Outcome]:
+    record = door.state.drained
+    try:
+        info = door.backend.node(door.node)
+    except SlurmError as exc:
+        door.notes.append(f"remediation: Slurm could not be asked ({exc})")
+        return None
+    ours = parse_reason(info.reason, door.policy.reason_prefix) if info.reason else None
+    sign = signature_of(record)
+    situation = situation_of(record, info, ours, ledger, sign, boot_id, now, rpolicy, busy_gpus)
+    step = next_step(situation, rpolicy)
+    said: List[str] = []
+    if step.kind == "reset-gpu":
+        subject = record.cause.split(" ")[1] if " " in record.cause else ""
+        target = reset_target(record.evidence or (), subject)
+        command = resolved(reset_argv(rpolicy.gpu_reset_command, target), programs_dir) if target else None
+        ledger.note_reset(sign, record.cause, boot_id, now)     # tried once per boot, counted either way
+        reset = _submit(door, situation, step, boot_id, now, command, rpolicy.gpu_reset_timeout_s)
+        if reset.applied.done:
+            return reset
+        # Refused or failed: a reboot instead (within the budget), this run.
+        said.append(f"remediation: GPU reset not done ({reset.applied.error or reset.decision.why}); "
+                    "a reboot instead")
+        situation = replace(situation, resets=situation.resets + 1, asked="")
+        step = next_step(situation, rpolicy)
+    if step.kind == "reboot" and rpolicy.max_rebooting_nodes > 0:
+        try:
+            situation = replace(situation, rebooting_elsewhere=len(rebooting(door.backend.nodes(), door.node)))
+            step = next_step(situation, rpolicy)
+            if step.kind == "reboot" and not _my_turn(door, info, ours, rpolicy):
+                step = Step("wait-budget", "reboot-budget", "another node's turn within [remediate] max_rebooting_nodes")
+        except SlurmError as exc:
+            step = Step("none", "slurm-unreachable", f"Slurm could not be asked for the reboot budget ({exc})")
+    outcome = _submit(door, situation, step, boot_id, now)
+    outcome.notes[:0] = said
+    if outcome.applied.done and outcome.decision.kind == "reboot":
+        ledger.note_reboot(sign, record.cause, boot_id, now)
+    elif outcome.applied.done and outcome.decision.kind == "drain":
+        ledger.note_inspect(sign, record.cause, now)
+    return outcome
+
+
+def _submit(door: Session, situation: Situation, step: Step, boot_id: str, now: float,
+            reset_command=None, reset_timeout_s: float = 0.0) -> Outcome:
+    """The step through the gate: it reads Slurm under the lock and applies ``step_decision``."""
+    return door.submit(Request("remediate", door.node, "healthcheck", boot_id=boot_id, now=now, remedy=(situation, step),
+                               decide=lambda info, error: step_decision(door, info, error, situation, step,
+                                                                        reset_command, reset_timeout_s)))
+
+
+def step_decision(door: Session, info: Optional[NodeInfo], slurm_error: str, situation: Situation, step: Step,
+                  reset_command=None, reset_timeout_s: float = 0.0) -> Decision:
+    """The step as the gate's decision (pure): a reboot asked of Slurm, the drain's GPU reset,
+    our reason turned into an inspection, or nothing now."""
+    node, prefix, width = door.node, door.policy.reason_prefix, door.policy.max_reason_len
+    if info is None:
+        return Decision("none", node, SLURM_UNREACHABLE, f"Slurm could not be asked ({slurm_error or 'no answer'})")
+    ours = parse_reason(info.reason, prefix) if info.reason else None
+    rule = f"remediate-{step.rule}"
+    if step.kind == "reboot" and ours is not None:
+        text = format_reason(reason_with(ours, {CLAIM_KEY: ""}), prefix, width)
+        return Decision("reboot", node, rule, step.why, reason=text, cause=ours, scontrol=reboot_argv(node, text))
+    if step.kind == "reset-gpu" and ours is not None:
+        if not reset_command:
+            return Decision("none", node, "remediate-reset-refused",
+                            "no GPU reset command to run ([remediate] gpu_reset_command not found)",
+                            reason=info.reason or None, cause=ours)
+        return Decision("reset", node, rule, step.why, reason=info.reason or None, cause=ours,
+                        command=tuple(reset_command), timeout_s=reset_timeout_s)
+    if step.kind == "inspect" and ours is not None:
+        text = format_reason(inspect_reason(ours, situation.reboots), prefix, width)
+        return Decision("drain", node, rule, step.why, reason=text, cause=ours, scontrol=drain_argv(node, text))
+    return Decision("none", node, rule, step.why, reason=info.reason or None, cause=ours)
+
+
+def _my_turn(door: Session, info: NodeInfo, ours, rpolicy: RemediatePolicy) -> bool:
+    """The reboot budget without a race (``budget.settle``): claim a turn in our reason
+    (``next:reboot``), let every node that decides at this moment claim too, read them all, and
+    keep the turn only within ``max_rebooting_nodes`` (``plan.reboot_turn``); else the claim is
+    taken back."""
+    if ours is None:
+        return False
+    node, prefix, width = door.node, door.policy.reason_prefix, door.policy.max_reason_len
+
+    def reason(claim: str) -> Decision:
+        text = format_reason(reason_with(ours, {CLAIM_KEY: claim}), prefix, width)
+        return Decision("drain", node, "remediate-claim" if claim else "remediate-unclaim",
+                        "a turn to reboot" if claim else "not our turn", reason=text, cause=ours,
+                        scontrol=drain_argv(node, text))
+
+    claim = reason(CLAIM_VALUE)
+    if claim.reason != info.reason:
+        apply(door.backend, claim)
+    return budget.settle(door.backend.nodes,
+                         lambda nodes: reboot_turn(nodes, node, rpolicy.max_rebooting_nodes, prefix),
+                         lambda: apply(door.backend, reason("")))
+
+
+def situation_of(record, info: NodeInfo, ours, ledger, sign: str, boot_id: str, now: float,
+                 rpolicy: RemediatePolicy, busy_gpus: Sequence[int] = ()) -> Situation:
+    """What the remediation decision looks at (``plan.Situation``), from the drain record, Slurm's
+    node, our reason on it and the ledger."""
+    entry = ledger.entries.get(sign)
+    asked = ledger.asked_in(boot_id) if ledger.asked is not None and ledger.asked.signature == sign else ""
+    return Situation(
+        ours=ours is not None, resume_mode=record.resume_mode, flags=tuple(info.flags),
+        idle=info.drained and info.base == "IDLE" and not info.has("COMPLETING"),
+        inspecting=ours is not None and INSPECT_KEY in ours.keys, asked=asked,
+        reboots=len(within(entry.reboots, now, rpolicy.window_s)) if entry else 0,
+        resets=entry.resets.get(boot_id, 0) if entry else 0,
+        gpu_scoped=ours is not None and ours.subject.startswith("gpu"),
+        gpu_busy=ours is not None and ours.subject in {f"gpu{index}" for index in busy_gpus},
+        xid=str(ours.xid) if ours is not None and ours.xid is not None else "")
