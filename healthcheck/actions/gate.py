@@ -23,7 +23,7 @@ Slurm's failures come back in the outcome as one line, never as an exception.
 Adding an action (the remediation's reboot: ``scontrol reboot ASAP reason=...``)
 is one kind in ``decision.CHANGING_KINDS`` and one edge in ``EDGES``; it then gets the lock, the
 record, the control-plane faults and the watchdog notes from here. The remediation
-(``healthcheck/remediate/run.py``) decides its step itself and hands it in (``Request.decide``).
+(``healthcheck/remediate/step.py``) decides its step itself and hands it in (``Request.decide``).
 """
 from __future__ import annotations
 

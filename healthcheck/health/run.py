@@ -148,7 +148,7 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
         outcome = door.submit(request)
         remedy = None
         if not dry_run and door.state.drained is not None and config.section("remediate")["enabled"]:
-            from ..remediate.run import remediate      # only then: a quiet run loads none of it
+            from ..remediate.step import remediate      # only then: a quiet run loads none of it
 
             remedy = remediate(door, boot, started, programs_dir=sources.programs_dir, busy_gpus=_busy_gpus(report))
         result = HealthRun(node=node, report=report, decision=outcome.decision, applied=outcome.applied,

@@ -41,7 +41,7 @@ def remediation_state(node: NodeInfo, record, parsed, state_dir: str, policy) ->
 
     from healthcheck.remediate import ledger as ledgers
     from healthcheck.remediate.plan import next_step, signature_of
-    from healthcheck.remediate.run import situation_of
+    from healthcheck.remediate.step import situation_of
 
     ledger = ledgers.load(state_dir, node.name)
     situation = situation_of(record, node, parsed, ledger, signature_of(record), "", _time.time(), policy)

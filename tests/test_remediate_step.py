@@ -14,7 +14,7 @@ from healthcheck.config import Config
 from healthcheck.health.run import run_health
 from healthcheck.remediate import ledger as ledgers
 from healthcheck.remediate.plan import signature_of
-from healthcheck.remediate.run import situation_of
+from healthcheck.remediate.step import situation_of
 from healthcheck.sim.node import SimNode
 from healthcheck.slurm.backend import reboot_argv
 from healthcheck.sources import sim_sources
