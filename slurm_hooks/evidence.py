@@ -168,12 +168,6 @@ def _drop_consumer(state_dir: str, consumer: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def elapsed_since(started_at: Optional[float], now: Optional[float] = None) -> Optional[int]:
-    if started_at is None:
-        return None
-    return max(0, int((time.time() if now is None else now) - started_at))
-
-
 # -- the job's own output (GPU OOM) ---------------------------------------------------------------
 
 def _id_from(text: Optional[str]) -> Optional[int]:
