@@ -11,7 +11,6 @@ inside the job's run.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from healthcheck.config import Config
