@@ -112,12 +112,28 @@ def _slurm_view(backend, job_id: str, env: Mapping[str, str]):
     return SlurmView.from_scontrol(fields, env), fields, problem
 
 
-def _start_time(fields: Mapping[str, str]) -> Optional[float]:
-    text = fields.get("StartTime", "")
-    try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
+def _record(config, job_id: str, node: str, result, fields: Mapping[str, str], problem: Optional[str],
+            env: Mapping[str, str], now: float, started: Optional[float], wanted: bool, **more) -> Dict[str, Any]:
+    """The record of how ``job_id`` ended on ``node`` (docs/job-classes.md has its keys): the one
+    builder for both contexts; ``more`` is what only one of them knows (``nodes``, ``gpus``, ...)."""
+    from healthcheck.records import store
+
+    record: Dict[str, Any] = {
+        "job_id": job_id, "node": node, "class": result.cls, "slurm_class": result.slurm.cls,
+        "slurm_why": result.slurm.why, "exit": result.slurm.exit, "signal": result.slurm.signal,
+        "cause": result.cause, "evidence": result.evidence, "ended_at": now, "started_at": started,
+        "elapsed_s": None if started is None else max(0, int(now - started)),
+        "slurm": {k: fields.get(k) for k in ("JobState", "Reason", "ExitCode", "PreemptTime", "Restarts")},
+        **more}
+    record.update(store.run_of(env, fields, requeued=result.slurm.cls == "REQUEUED", started_at=started,
+                               previous=store.read_record(config.state_dir, job_id, node)))
+    if problem:
+        record["problem"] = problem
+    if not result.slurm.settled:
+        record["slurm_settled"] = False        # the delivery settles it by accounting (records/settle.py)
+    if wanted:
+        record["entry_wanted"] = True
+    return record
 
 
 def _queue_and_deliver(config, record: Dict[str, Any], backend) -> str:
@@ -152,6 +168,7 @@ def _queue_and_deliver(config, record: Dict[str, Any], backend) -> str:
 def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
     from healthcheck.records import store
     from healthcheck.records.classify import classify
+    from healthcheck.slurm.backend import assigned_nodes, local_epoch
 
     from .delivery import backend_for
 
@@ -159,38 +176,18 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
     backend = backend_for(config)
     view, fields, problem = _slurm_view(backend, job_id, env)
     result = classify(view, [])
-    now = time.time()
-    started = _start_time(fields)
-    record: Dict[str, Any] = {
-        "job_id": job_id, "node": store.JOB_LEVEL, "class": result.cls, "slurm_class": result.slurm.cls,
-        "slurm_why": result.slurm.why, "exit": result.slurm.exit, "signal": result.slurm.signal, "cause": None,
-        "evidence": [], "ended_at": now, "nodes": _node_list(fields, env),
-        "elapsed_s": None if started is None else max(0, int(now - started)), "context": CONTEXT_SLURMCTLD,
-        "slurm": {k: fields.get(k) for k in ("JobState", "Reason", "ExitCode", "PreemptTime", "Restarts")},
-    }
-    record.update(store.run_of(env, fields, requeued=result.slurm.cls == "REQUEUED", started_at=started,
-                               previous=store.read_record(config.state_dir, job_id, store.JOB_LEVEL)),
-                  started_at=started)
-    if problem:
-        record["problem"] = problem
-    if not result.slurm.settled:
-        record["slurm_settled"] = False        # the delivery settles it by accounting (records/settle.py)
-    if config.section("records")["accounting"]:
-        record["entry_wanted"] = True
+    # The job's nodes: scontrol's NodeList first, since EpilogSlurmctld's SLURM_JOB_NODELIST is the
+    # leader's for every component of a heterogeneous job (measured on 22.05: 1234+1 on gpu2 said gpu1).
+    nodes = assigned_nodes(fields.get("NodeList")) or env.get("SLURM_JOB_NODELIST")
+    record = _record(config, job_id, store.JOB_LEVEL, result, fields, problem, env, time.time(),
+                     local_epoch(fields.get("StartTime", "")), bool(config.section("records")["accounting"]),
+                     nodes=nodes, context=CONTEXT_SLURMCTLD)
     store.write_record(config.state_dir, record)
     _note("record", "written")
     delivery = "off"
     if config.section("records")["accounting"]:
         delivery = _queue_and_deliver(config, record, backend)
     return {"result": "classified", "class": result.cls, "accounting": delivery}
-
-
-def _node_list(fields: Mapping[str, str], env: Mapping[str, str]) -> Optional[str]:
-    """The job's nodes: scontrol's NodeList first, since EpilogSlurmctld's SLURM_JOB_NODELIST is the
-    leader's for every component of a heterogeneous job (measured on 22.05: 1234+1 on gpu2 said gpu1)."""
-    from healthcheck.slurm.backend import assigned_nodes
-
-    return assigned_nodes(fields.get("NodeList")) or env.get("SLURM_JOB_NODELIST")
 
 
 # -- the node epilog ------------------------------------------------------------------------------
@@ -214,13 +211,15 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     probes.load_checks()
     from healthcheck.findings import without_timeout_drains
     from healthcheck.records.classify import application_could_replace, classify
+    from healthcheck.slurm.backend import local_epoch
 
     from . import evidence as ev
     from .delivery import backend_for
+    from .drain import drain_for
 
     backend = backend_for(config)
     view, fields, problem = _slurm_view(backend, job_id, env)
-    started = (baseline or {}).get("started_at") or _start_time(fields)
+    started = (baseline or {}).get("started_at") or local_epoch(fields.get("StartTime", ""))
 
     report = run_checks(config, node, "prolog", gpus=probe_gpus, sources=sources, now=now,
                         extra_reads=BASELINE_READS, probes=probes)
@@ -231,7 +230,7 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     items = [ev.finding_evidence(f) for f in report.findings]
     facts = report.facts
     gpus_facts = (baseline or {}).get("gpu_facts") or \
-        [{"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id} for g in _nvml_gpus(facts)]
+        [{"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id} for g in (facts.nvml.gpus if facts.nvml is not None else [])]
     kernel = ev.kernel_evidence(config, sources, node, job_id, baseline, job_gpus, gpus_facts, started, now)
     items.extend(kernel["events"])
     if baseline and baseline.get("counters"):
@@ -246,21 +245,10 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         if job_output["events"]:
             items.extend(job_output["events"])
             result = classify(view, items)
-    record: Dict[str, Any] = {
-        "job_id": job_id, "node": node, "class": result.cls, "slurm_class": result.slurm.cls,
-        "slurm_why": result.slurm.why, "exit": result.slurm.exit, "signal": result.slurm.signal,
-        "cause": result.cause, "evidence": items, "gpus": job_gpus, "gres": gres, "ended_at": now,
-        "elapsed_s": ev.elapsed_since(started, now), "kernel_source": kernel["source"],
-        "context": CONTEXT_SLURMD, "baseline": bool(baseline),
-        "slurm": {k: fields.get(k) for k in ("JobState", "Reason", "ExitCode", "PreemptTime", "Restarts")},
-    }
-    record.update(store.run_of(env, fields, requeued=result.slurm.cls == "REQUEUED", started_at=started,
-                               previous=store.read_record(config.state_dir, job_id, node)),
-                  started_at=started)
-    if problem:
-        record["problem"] = problem
-    if not result.slurm.settled:
-        record["slurm_settled"] = False        # the delivery settles it by accounting (records/settle.py)
+    speaks = _has_something_to_say(result) if config.section("records")["node_entries"] == "evidence" else True
+    record = _record(config, job_id, node, result, fields, problem, env, now, started,
+                     bool(config.section("records")["accounting"]) and speaks, gpus=job_gpus, gres=gres,
+                     kernel_source=kernel["source"], context=CONTEXT_SLURMD, baseline=bool(baseline))
     if kernel.get("error"):
         record["kernel_error"] = kernel["error"]
         print(f"slurm-gpu-epilog: {node}: job {job_id}: kernel log unreadable, no Xid evidence: {kernel['error']}",
@@ -271,19 +259,17 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
             print(f"slurm-gpu-epilog: {node}: job {job_id}: output not read, no GPU OOM evidence: "
                   f"{job_output['problem']}", file=sys.stderr)
     out: Dict[str, Any] = {"result": "classified", "class": result.cls}
-    speaks = _has_something_to_say(result) if config.section("records")["node_entries"] == "evidence" else True
-    if config.section("records")["accounting"] and speaks:
-        record["entry_wanted"] = True
     try:
         store.write_record(config.state_dir, record)
         _note("record", "written")
         store.note_ending(config.state_dir, node, job_id, now)
     except OSError as exc:
-        # A full or read-only state dir loses the record (and the queued entry below says so
-        # too), never the drain of a bad node.
+        # A full or read-only state dir loses the record, and with it the entry (the queue
+        # holds a reference to the record), never the drain of a bad node.
         print(f"slurm-gpu-epilog: {node}: job {job_id}: record not saved ({result.cls}): {exc}", file=sys.stderr)
         out["record"] = f"not saved: {exc.strerror or exc}"
-    drain = _drain_if_bad(config, backend, node, report.findings, kernel["events"], sources)
+    # Drain with our reason when a finding or a job-window Xid says so (the health check's rules).
+    drain = drain_for(config, backend, node, report.findings, kernel["events"], by="epilog", sources=sources)
     if drain:
         out["drained"] = drain
     from healthcheck.records.expedite import expedite
@@ -292,7 +278,7 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         out["expedite"] = True
         print(f"slurm-gpu-epilog: {node}: job {job_id}: {result.cls} on its GPU {result.cause.get('gpu')}: exit 1 "
               "for an expedited requeue ([records] expedite_on_hardware)", file=sys.stderr)
-    if record.get("entry_wanted"):
+    if record.get("entry_wanted") and "record" not in out:
         out["accounting"] = _queue_and_deliver(config, record, backend)
     elif config.section("records")["accounting"]:
         from .delivery import deliver_in_background
@@ -311,17 +297,6 @@ def _has_something_to_say(result) -> bool:
     """A node writes its own entry for a hardware cause, or any Xid during the job (an
     application's Xid 13 is worth seeing next to its FAILED); warnings stay in the record."""
     return result.cause is not None or any(item.get("kind") == "xid" for item in result.evidence)
-
-
-def _nvml_gpus(facts) -> List[Any]:
-    return list(facts.nvml.gpus) if facts.nvml is not None else []
-
-
-def _drain_if_bad(config, backend, node: str, findings, events: List[Dict[str, Any]], sources) -> Optional[str]:
-    """Drain with our reason when a finding or a job-window Xid says so (the health check's rules)."""
-    from .drain import drain_for
-
-    return drain_for(config, backend, node, findings, events, by="epilog", sources=sources)
 
 
 if __name__ == "__main__":

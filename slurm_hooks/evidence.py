@@ -11,7 +11,6 @@ inside the job's run.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from healthcheck.config import Config
@@ -166,12 +165,6 @@ def _drop_consumer(state_dir: str, consumer: str) -> None:
         import shutil      # the epilog's, not every prolog's (1.5 ms)
 
         shutil.rmtree(path, ignore_errors=True)
-
-
-def elapsed_since(started_at: Optional[float], now: Optional[float] = None) -> Optional[int]:
-    if started_at is None:
-        return None
-    return max(0, int((time.time() if now is None else now) - started_at))
 
 
 # -- the job's own output (GPU OOM) ---------------------------------------------------------------

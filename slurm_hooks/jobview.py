@@ -94,7 +94,7 @@ def gather(config, job_id: str, backend) -> Dict[str, Any]:
 
     from healthcheck.slurm import SlurmError
 
-    from .delivery import row_of
+    from healthcheck.slurm.job_accounting import row_of
 
     problems = []
     row = None

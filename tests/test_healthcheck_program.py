@@ -9,6 +9,7 @@ import sys
 
 from .checks_support import HARDWARE
 from .conftest import SIM_PROFILES
+from .test_records_store_outbox import queued_entries
 
 PROFILE = os.path.join(SIM_PROFILES, "h100-healthy.toml")
 
@@ -149,5 +150,5 @@ def test_a_fault_it_finds_amends_the_job_that_just_ended_on_the_gpu(tmp_path):
     record = store.read_record(state, "41", "gpu1")
     assert record["class"] == "GPU_LOST" and record["amended_from"] == "FAILED"
     assert store.read_record(state, "42", "gpu1")["class"] == "FAILED"
-    assert [item["entry"]["class"] for item in outbox.pending(state)["41"]] == ["GPU_LOST"]
+    assert [entry["class"] for entry in queued_entries(state, "41")] == ["GPU_LOST"]
     assert "42" not in outbox.pending(state)

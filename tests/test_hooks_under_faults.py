@@ -26,6 +26,7 @@ from healthcheck.records import outbox, store
 
 from .conftest import ROOT, SIM_PROFILES
 from .slurm_standin import SlurmStandIn
+from .test_records_store_outbox import queued_entries
 
 BIN = os.path.dirname(sys.executable)
 SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_shim")
@@ -407,8 +408,7 @@ def test_an_entry_not_queued_on_a_full_disk_is_queued_from_its_record_when_space
     second = node.run("epilog", job="6")
     no_traceback(second)
     assert second.returncode == 0, second.stderr
-    queued = outbox.pending(node.state)
-    assert [item["entry"]["class"] for item in queued["5"]] == ["GPU_LOST"] and "6" in queued
+    assert [entry["class"] for entry in queued_entries(node.state, "5")] == ["GPU_LOST"] and "6" in outbox.pending(node.state)
 
 
 # -- slurmctld or slurmdbd down; scontrol slower than its deadline ---------------------------------
@@ -424,8 +424,8 @@ def test_when_slurm_fails_the_drain_is_said_and_retried_and_the_record_queued(no
     epilog = node.run("epilog")
     no_traceback(epilog)
     assert epilog.returncode == 0 and "not drained (slurm-unreachable-fault)" in epilog.stderr, epilog.stderr
-    [queued] = outbox.pending(node.state)["5"]           # the GPU_LOST entry waits for accounting
-    assert queued["entry"]["class"] == "GPU_LOST"
+    [queued] = queued_entries(node.state, "5")           # the GPU_LOST entry waits for accounting
+    assert queued["class"] == "GPU_LOST"
     doc = health_json(node.run("healthcheck", "--json"))
     assert (doc["decision"], doc["rule"], doc["committed"]) == ("blocked", "slurm-unreachable-fault", False)
     assert node.slurm.drains() == [] and node.no_orphans() == [], "a Slurm command outlived its deadline"
@@ -523,8 +523,8 @@ def test_an_epilog_past_its_deadline_keeps_its_record_drain_and_queued_entry(nod
     assert "took longer than 10 s ([records] epilog_deadline_s)" in done.stderr, done.stderr
     assert "kept: drain applied, entry queued, record written" in done.stderr, done.stderr
     assert store.read_record(node.state, "5", "gpu1")["class"] == "GPU_LOST"
-    [queued] = outbox.pending(node.state)["5"]
-    assert queued["entry"]["class"] == "GPU_LOST"
+    [queued] = queued_entries(node.state, "5")
+    assert queued["class"] == "GPU_LOST"
     assert len(node.slurm.drains()) == 1 and node.slurm.drains()[0] in node.slurm.node_line()
     [entry] = node.journal()
     assert entry["result"] == "watchdog", entry

@@ -11,6 +11,7 @@ from healthcheck.records import outbox, store
 from slurm_hooks import epilog, prolog
 
 from .conftest import SIM_PROFILES
+from .test_records_store_outbox import queued_entries
 
 XID79 = "NVRM: Xid (PCI:{pci}): 79, pid=1, name=python, GPU has fallen off the bus."
 
@@ -113,9 +114,9 @@ def test_epilog_classifies_a_gpu_lost_mid_job_and_queues_its_entry(node):
     assert record["class"] == "GPU_LOST" and record["slurm_class"] == "FAILED" and record["exit"] == 1
     assert record["cause"]["gpu"] == 3
     assert any(e["kind"] == "xid" and e["code"] == 79 for e in record["evidence"])
-    [item] = outbox.pending(node["state"])["5"]
-    assert item["entry"]["node"] == "gpu1" and item["entry"]["class"] == "GPU_LOST" and item["entry"]["gpu"] == 3
-    assert item["entry"]["xid"] == 79 and item["entry"]["gpus"] == 2
+    [entry] = queued_entries(node["state"], "5")
+    assert entry["node"] == "gpu1" and entry["class"] == "GPU_LOST" and entry["gpu"] == 3
+    assert entry["xid"] == 79 and entry["gpus"] == 2
     assert "queued" in journal(node)[-1]["accounting"]
     # the job's kernel-log cursor is gone with the job
     assert not os.path.exists(os.path.join(node["state"], "kernellog", "gpu1.job.5"))
@@ -167,8 +168,8 @@ def test_epilog_slurmctld_writes_the_job_level_entry(node):
     assert epilog.main([]) == 0
     record = store.read_record(node["state"], "5", "*")
     assert record["class"] == "FAILED" and record["exit"] == 3 and record["nodes"] == "gpu[1-3]"
-    [item] = outbox.pending(node["state"])["5"]
-    assert item["entry"] == {"node": "*", "class": "FAILED", "exit": 3, "nodes": "gpu[1-3]"}
+    [entry] = queued_entries(node["state"], "5")
+    assert entry == {"node": "*", "class": "FAILED", "exit": 3, "nodes": "gpu[1-3]"}
 
 
 def test_late_evidence_amends_the_job_that_just_ended(node):
@@ -185,8 +186,8 @@ def test_late_evidence_amends_the_job_that_just_ended(node):
     record = store.read_record(node["state"], "5", "gpu1")
     assert record["class"] == "GPU_LOST" and record["amended_from"] == "FAILED"
     assert journal(node)[-1]["amended_jobs"] == ["5"]
-    [item] = outbox.pending(node["state"])["5"]
-    assert item["entry"]["class"] == "GPU_LOST" and item["entry"]["late"] is True
+    [entry] = queued_entries(node["state"], "5")
+    assert entry["class"] == "GPU_LOST" and entry["late"] is True
 
 
 def test_prolog_maps_gres_indices_through_minor_numbers(node, tmp_path):
@@ -276,8 +277,8 @@ def test_epilog_reads_a_failed_jobs_output_as_its_user_and_finds_gpu_oom(node, o
     read = {r["stream"]: r for r in record["job_output"]["read"]}
     assert "error" not in read["stderr"] and read["stderr"]["read"] == os.path.getsize(OOM_TRACEBACK)
     assert read["stdout"]["error"] == "No such file or directory"
-    [item] = outbox.pending(node["state"])["5"]
-    assert item["entry"]["class"] == "GPU_OOM" and item["entry"]["oom"] == "pytorch" and item["entry"]["exit"] == 1
+    [entry] = queued_entries(node["state"], "5")
+    assert entry["class"] == "GPU_OOM" and entry["oom"] == "pytorch" and entry["exit"] == 1
 
 
 def test_epilog_reads_no_output_unless_the_admin_enabled_it(node, oom_job):

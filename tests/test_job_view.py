@@ -72,15 +72,15 @@ ARRAY_ROWS = [  # what `sacct -X -j 524` lists for `sbatch --array=1-3` (the las
 
 def test_the_delivery_finds_an_array_task_or_het_component_by_its_raw_id():
     from .fake_backend import FakeBackend
-    from slurm_hooks.delivery import SlurmAccounting, row_of
+    from healthcheck.slurm.job_accounting import SlurmAccounting, row_of
 
     backend = FakeBackend()
     backend.accounting_rows = ARRAY_ROWS
-    accounting = SlurmAccounting(backend)
-    assert ac.parse(accounting.get_admin_comment("526"))[0]["class"] == "FAILED"      # the hooks' SLURM_JOB_ID
-    assert accounting.get_admin_comment("524") == ""                                   # task 3, not the array
-    assert ac.parse(accounting.get_admin_comment("1235"))[0]["exit"] == 1
-    assert accounting.get_admin_comment("999") is None
+    read = SlurmAccounting(backend).get_admin_comments(["526", "524", "1235", "999"])
+    assert ac.parse(read["526"])[0]["class"] == "FAILED"      # the hooks' SLURM_JOB_ID
+    assert read["524"] == ""                                   # task 3, not the array
+    assert ac.parse(read["1235"])[0]["exit"] == 1
+    assert read["999"] is None
     assert row_of(ARRAY_ROWS, "524_2")["JobIDRaw"] == "526" and row_of(ARRAY_ROWS, "1234+1")["JobIDRaw"] == "1235"
 
 
@@ -91,7 +91,7 @@ def test_a_het_leaders_entry_is_written_to_the_leaders_row_alone():
     components and array tasks: their raw id."""
     from healthcheck.records import outbox
     from .fake_backend import FakeBackend
-    from slurm_hooks.delivery import SlurmAccounting
+    from healthcheck.slurm.job_accounting import SlurmAccounting
 
     backend = FakeBackend()
     backend.accounting_rows = [dict(row) for row in ARRAY_ROWS]
@@ -144,7 +144,7 @@ def test_cli_accepts_the_ids_sacct_shows_and_refuses_others(sim_config):
 def test_a_delivery_round_reads_every_queued_job_with_one_sacct(tmp_path):
     from healthcheck.records import outbox
     from .fake_backend import FakeBackend
-    from slurm_hooks.delivery import SlurmAccounting
+    from healthcheck.slurm.job_accounting import SlurmAccounting
 
     class Accounted(FakeBackend):
         def set_admin_comment(self, job_id, text):
@@ -156,7 +156,9 @@ def test_a_delivery_round_reads_every_queued_job_with_one_sacct(tmp_path):
     backend = Accounted()
     backend.accounting_rows = [{"JobID": f"600_{t}", "JobIDRaw": str(600 + t), "AdminComment": ""} for t in range(1, 11)]
     for t in range(1, 11):
-        outbox.enqueue(str(tmp_path), str(600 + t), {"node": "*", "class": "COMPLETED"})
+        record = {"job_id": str(600 + t), "node": "*", "class": "COMPLETED"}
+        store.write_record(str(tmp_path), record)
+        outbox.queue_record(str(tmp_path), record)
     settings = outbox.DeliverySettings(verify_delay_s=0, jitter_s=0)
     report = outbox.deliver_pending(str(tmp_path), SlurmAccounting(backend), settings, sleep=lambda s: None)
     assert sorted(report.delivered) == [str(600 + t) for t in range(1, 11)]

@@ -1,6 +1,7 @@
 """An ending the epilog's live view cannot tell apart (a scancel'd job whose batch step's end had
 not reached slurmctld reads like a job that ran to its end) is settled by accounting's final State
 at delivery: the record and the AdminComment entry say what sacct says."""
+import os
 import time
 
 from healthcheck.records import admin_comment as ac
@@ -119,3 +120,21 @@ def test_a_hardware_cause_survives_settling_where_it_explains_the_new_ending(tmp
     settled = store.read_record(str(tmp_path), "77", "gpu3")
     assert (settled["class"], settled["slurm_class"]) == ("GPU_LOST", "CANCELLED")
     assert [(e["class"], e.get("gpu")) for e in ac.parse(accounting.comments["77"])] == [("GPU_LOST", 3)]
+
+
+def test_an_item_the_release_before_queued_with_a_copy_of_its_entry_is_settled_and_delivered(tmp_path):
+    """An upgrade with entries queued: the release before queued a copy of the entry and a settle
+    flag; the delivery takes it as a reference to its record, and settles that."""
+    import json
+
+    record = _record(tmp_path)
+    [path] = [os.path.join(outbox.outbox_dir(str(tmp_path)), n) for n in os.listdir(outbox.outbox_dir(str(tmp_path)))
+              if not n.startswith(".")]
+    with open(path, "w") as handle:
+        json.dump({"job_id": "77", "entry": store.entry_for(record), "queued_at": STARTED + 2, "settle": True}, handle)
+    accounting = SettlingAccounting({"77": ""}, [{"JobID": "77", "JobIDRaw": "77", "State": "CANCELLED by 0",
+                                                  "ExitCode": "0:0", "Start": START}])
+    assert _deliver(tmp_path, accounting).delivered == ["77"]
+    assert [e["class"] for e in ac.parse(accounting.comments["77"])] == ["CANCELLED"]
+    assert store.read_record(str(tmp_path), "77", store.JOB_LEVEL)["settled_from"] == "COMPLETED"
+    assert outbox.pending(str(tmp_path)) == {}

@@ -36,6 +36,9 @@ class FakeAccounting:
         with self.lock:
             return self.comments.get(job_id)
 
+    def get_admin_comments(self, job_ids):
+        return {job: self.get_admin_comment(job) for job in job_ids}
+
     def set_admin_comment(self, job_id, text):
         if self.down:
             raise outbox.AccountingError("sacctmgr: slurmdbd: Connection refused")
@@ -47,6 +50,21 @@ class FakeAccounting:
 
 
 FAST = outbox.DeliverySettings(attempts=20, verify_delay_s=0.05, jitter_s=0.05, lock_wait_s=5)
+
+
+def queue(state, job_id, entry, now=None):
+    """Write a record whose entry is ``entry`` and queue it: the outbox queues references to records."""
+    record = {"job_id": job_id, "node": entry["node"], "class": entry["class"]}
+    if "xid" in entry:
+        record["cause"] = {"kind": "xid", "gpu": entry["gpu"], "code": entry["xid"]}
+    store.write_record(state, record)
+    assert store.entry_for(record) == entry
+    return outbox.queue_record(state, record, now=now)
+
+
+def queued_entries(state, job_id):
+    """The entries queued for ``job_id``: each queued item refers to its record (the latest run's here)."""
+    return [store.entry_for(store.read_record(state, job_id, item["node"])) for item in outbox.pending(state)[job_id]]
 
 
 def test_record_is_written_atomically_with_a_restrictive_mode(tmp_path):
@@ -142,8 +160,8 @@ def test_accounting_down_keeps_entries_queued_until_it_returns(tmp_path):
     state = str(tmp_path)
     acct = FakeAccounting({"11": "", "12": JS})
     acct.down = True
-    outbox.enqueue(state, "11", {"node": "*", "class": "COMPLETED"})
-    outbox.enqueue(state, "12", {"node": "gpu1", "class": "GPU_LOST", "gpu": 3, "xid": 79})
+    queue(state, "11", {"node": "*", "class": "COMPLETED"})
+    queue(state, "12", {"node": "gpu1", "class": "GPU_LOST", "gpu": 3, "xid": 79})
     report = outbox.deliver_pending(state, acct, FAST)
     assert report.error and report.delivered == [] and len(outbox.pending(state)) == 2
     acct.down = False
@@ -154,17 +172,19 @@ def test_accounting_down_keeps_entries_queued_until_it_returns(tmp_path):
 
 def test_job_not_yet_in_accounting_stays_queued(tmp_path):
     state = str(tmp_path)
-    outbox.enqueue(state, "13", {"node": "*", "class": "COMPLETED"})
+    queue(state, "13", {"node": "*", "class": "COMPLETED"})
     report = outbox.deliver_pending(state, FakeAccounting({}), FAST)
     assert report.waiting == ["13"] and list(outbox.pending(state)) == ["13"]
 
 
 def test_newer_entry_for_the_same_node_replaces_the_queued_one(tmp_path):
     state = str(tmp_path)
-    outbox.enqueue(state, "14", {"node": "gpu1", "class": "FAILED"})
-    outbox.enqueue(state, "14", {"node": "gpu1", "class": "GPU_LOST"})
-    [item] = outbox.pending(state)["14"]
-    assert item["entry"]["class"] == "GPU_LOST"
+    queue(state, "14", {"node": "gpu1", "class": "FAILED"})
+    queue(state, "14", {"node": "gpu1", "class": "GPU_LOST"})
+    assert len(outbox.pending(state)["14"]) == 1
+    acct = FakeAccounting({"14": ""})
+    assert outbox.deliver_pending(state, acct, FAST).delivered == ["14"]
+    assert [e["class"] for e in ac.parse(acct.comments["14"])] == ["GPU_LOST"]
 
 
 def test_late_evidence_amends_only_jobs_inside_the_window(tmp_path):
@@ -182,7 +202,7 @@ def test_late_evidence_amends_only_jobs_inside_the_window(tmp_path):
     assert [r["job_id"] for r in amended] == ["2"]          # 1 is too old; 3 COMPLETED keeps its class
     assert store.read_record(state, "1", "gpu1")["class"] == "FAILED"
     assert store.read_record(state, "2", "gpu1")["class"] == "GPU_LOST"
-    assert outbox.pending(state)["2"][0]["entry"]["late"] is True
+    assert list(outbox.pending(state)) == ["2"] and store.entry_for(store.read_record(state, "2", "gpu1"))["late"]
     assert amend_recent_jobs(state, "gpu1", [lost], now=1301.0, window_s=300) == []   # once
     assert amend_recent_jobs(state, "gpu1", [], now=1300.0, window_s=300) == []
 
@@ -237,7 +257,7 @@ def test_a_queue_of_many_jobs_waits_to_verify_once_per_round(tmp_path):
     state = str(tmp_path)
     acct = FakeAccounting({str(job): "" for job in range(20, 30)})
     for job in range(20, 30):
-        outbox.enqueue(state, str(job), {"node": "*", "class": "COMPLETED"})
+        queue(state, str(job), {"node": "*", "class": "COMPLETED"})
     waits = []
     report = outbox.deliver_pending(state, acct, FAST, sleep=waits.append)
     assert sorted(report.delivered) == [str(job) for job in range(20, 30)]
@@ -268,11 +288,11 @@ def test_a_malformed_queue_file_is_set_aside_with_one_line_and_never_stops_the_o
     import json
 
     state = str(tmp_path)
-    outbox.enqueue(state, "41", {"node": "*", "class": "COMPLETED"}, now=time.time() - 10)
+    queue(state, "41", {"node": "*", "class": "COMPLETED"}, now=time.time() - 10)
     path = os.path.join(outbox.outbox_dir(state), "40._job.json")
     with open(path, "w") as handle:
         json.dump(bad, handle)
-    outbox.enqueue(state, "42", {"node": "*", "class": "FAILED"})
+    queue(state, "42", {"node": "*", "class": "FAILED"})
     acct = CountingAccounting({"41": "", "42": JS})
     report = outbox.deliver_pending(state, acct, FAST)
     assert sorted(report.delivered) == ["41", "42"] and report.set_aside == ["40._job.json"]
@@ -287,8 +307,8 @@ def test_undeliverable_entries_back_off_and_never_starve_the_ones_behind_them(tm
     state = str(tmp_path)
     t0 = 1_800_000_000.0
     for task in range(60):                              # never in accounting: undeliverable
-        outbox.enqueue(state, f"{1000 + task}", {"node": "*", "class": "COMPLETED"}, now=t0 + task)
-    outbox.enqueue(state, "2000", {"node": "*", "class": "FAILED"}, now=t0 + 100)
+        queue(state, f"{1000 + task}", {"node": "*", "class": "COMPLETED"}, now=t0 + task)
+    queue(state, "2000", {"node": "*", "class": "FAILED"}, now=t0 + 100)
     acct = CountingAccounting({"2000": ""})
     settings = outbox.DeliverySettings(attempts=1, verify_delay_s=0, jitter_s=0, max_jobs_per_run=50)
     first = outbox.deliver_pending(state, acct, settings, sleep=lambda s: None, now=t0 + 200)
@@ -308,10 +328,10 @@ def test_undeliverable_entries_back_off_and_never_starve_the_ones_behind_them(tm
 def test_a_replaced_entry_is_due_at_once_whatever_the_back_off_of_the_one_before(tmp_path):
     state = str(tmp_path)
     t0 = 1_800_000_000.0
-    outbox.enqueue(state, "50", {"node": "gpu1", "class": "FAILED"}, now=t0)
+    queue(state, "50", {"node": "gpu1", "class": "FAILED"}, now=t0)
     acct = CountingAccounting({})
     assert outbox.deliver_pending(state, acct, FAST, sleep=lambda s: None, now=t0 + 1).waiting == ["50"]
-    outbox.enqueue(state, "50", {"node": "gpu1", "class": "GPU_LOST"}, now=t0 + 2)   # late evidence
+    queue(state, "50", {"node": "gpu1", "class": "GPU_LOST"}, now=t0 + 2)   # late evidence
     acct.comments["50"] = ""
     report = outbox.deliver_pending(state, acct, FAST, sleep=lambda s: None, now=t0 + 3)
     assert report.delivered == ["50"] and ac.parse(acct.comments["50"])[0]["class"] == "GPU_LOST"
@@ -321,8 +341,8 @@ def test_entries_queued_longer_than_expire_s_are_dropped_and_reported_records_ke
     state = str(tmp_path)
     now = time.time()
     store.write_record(state, {"job_id": "60", "node": "*", "class": "COMPLETED"})
-    outbox.enqueue(state, "60", {"node": "*", "class": "COMPLETED"}, now=now - 8 * 86400)
-    outbox.enqueue(state, "61", {"node": "*", "class": "COMPLETED"}, now=now - 6 * 86400)
+    queue(state, "60", {"node": "*", "class": "COMPLETED"}, now=now - 8 * 86400)
+    queue(state, "61", {"node": "*", "class": "COMPLETED"}, now=now - 6 * 86400)
     acct = CountingAccounting({"61": ""})
     report = outbox.deliver_pending(state, acct, outbox.DeliverySettings(verify_delay_s=0, jitter_s=0),
                                     sleep=lambda s: None, now=now)
@@ -347,7 +367,7 @@ def test_records_that_want_an_entry_but_were_never_queued_are_queued_once(tmp_pa
     outbox.deliver_pending(state, FakeAccounting({"72": ""}), FAST)        # delivered, queue file gone
     assert outbox.requeue_missing(state, 86400, now=now + 1) == ["70"]
     [item] = outbox.pending(state)["70"]
-    assert item["entry"] == {"node": "gpu1", "class": "GPU_LOST", "gpu": 3}
+    assert (item["node"], item["restarts"]) == ("gpu1", 0)
     assert list(outbox.pending(state)) == ["70"]
     assert outbox.requeue_missing(state, 86400, now=now + 2) == []        # marked: not again
 
@@ -358,10 +378,10 @@ def test_a_requeued_jobs_earlier_run_keeps_its_record_queue_file_and_entry(tmp_p
     state = str(tmp_path)
     first = {"job_id": "80", "node": "*", "class": "PREEMPTED", **store.run_of({"SLURM_JOB_RESTART_COUNT": "0"})}
     store.write_record(state, first)
-    outbox.enqueue(state, "80", store.entry_for(first))
+    outbox.queue_record(state, first)
     second = {"job_id": "80", "node": "*", "class": "COMPLETED", **store.run_of({"SLURM_JOB_RESTART_COUNT": "1"})}
     store.write_record(state, second)
-    outbox.enqueue(state, "80", store.entry_for(second))
+    outbox.queue_record(state, second)
     assert store.read_record(state, "80", "*")["class"] == "COMPLETED"
     assert [r["class"] for r in store.earlier_runs(state, "80")] == ["PREEMPTED"]
     assert [r["class"] for r in store.read_records(state, "80")] == ["COMPLETED"]
@@ -392,12 +412,67 @@ def test_entries_queued_while_a_delivery_runs_go_out_in_that_run(tmp_path):
     """A delivery that finds the lock held gives up after lock_wait_s: the holder delivers what
     was queued meanwhile before it lets go (within deliver_max_jobs)."""
     state = str(tmp_path)
-    outbox.enqueue(state, "90", {"node": "*", "class": "COMPLETED"})
+    queue(state, "90", {"node": "*", "class": "COMPLETED"})
     acct = FakeAccounting({"90": "", "91": ""})
     queued = []
 
     def settle(seconds):
         if not queued:                               # the next job's epilog queues while we wait
-            queued.append(outbox.enqueue(state, "91", {"node": "*", "class": "FAILED"}))
+            queued.append(queue(state, "91", {"node": "*", "class": "FAILED"}))
     report = outbox.deliver_pending(state, acct, FAST, sleep=settle)
     assert sorted(report.delivered) == ["90", "91"] and outbox.pending(state) == {}
+
+
+def test_the_queue_holds_a_reference_to_the_record_and_delivers_what_the_record_says_then(tmp_path):
+    import json
+
+    state = str(tmp_path)
+    path = queue(state, "100", {"node": "gpu1", "class": "FAILED"})
+    with open(path) as handle:
+        item = json.load(handle)
+    assert set(item) == {"job_id", "node", "restarts", "queued_at"} and (item["node"], item["restarts"]) == ("gpu1", 0)
+    # The record changes after it was queued: what goes to accounting is the record as it is then.
+    store.write_record(state, {"job_id": "100", "node": "gpu1", "class": "GPU_LOST",
+                               "cause": {"kind": "xid", "gpu": 3, "code": 79}})
+    acct = FakeAccounting({"100": ""})
+    assert outbox.deliver_pending(state, acct, FAST).delivered == ["100"]
+    assert [(e["class"], e.get("xid")) for e in ac.parse(acct.comments["100"])] == [("GPU_LOST", 79)]
+
+
+def test_an_item_the_release_before_queued_is_delivered_from_its_record_else_as_its_copy(tmp_path):
+    """An upgrade with entries queued: the release before queued a copy of each entry. The record's
+    entry goes where the record is there (the same entry, or a newer one); the copy where it is not."""
+    import json
+
+    state = str(tmp_path)
+    os.makedirs(outbox.outbox_dir(state))
+    store.write_record(state, {"job_id": "110", "node": "gpu1", "class": "GPU_LOST", "restarts": 1,
+                               "cause": {"kind": "xid", "gpu": 2, "code": 79}})
+    old_items = {"110.gpu1.r1.json": {"job_id": "110", "entry": {"node": "gpu1", "class": "GPU_LOST", "gpu": 2,
+                                                                 "xid": 79, "run": 1}, "queued_at": 1.0e9},
+                 "111._job.json": {"job_id": "111", "entry": {"node": "*", "class": "FAILED", "exit": 2},
+                                   "queued_at": 1.0e9}}
+    for name, item in old_items.items():
+        with open(os.path.join(outbox.outbox_dir(state), name), "w") as handle:
+            json.dump(item, handle)
+    acct = FakeAccounting({"110": "", "111": JS})
+    report = outbox.deliver_pending(state, acct, FAST, now=1.0e9 + 60)
+    assert sorted(report.delivered) == ["110", "111"] and report.set_aside == [] and outbox.pending(state) == {}
+    assert ac.parse(acct.comments["110"]) == [{"v": 1, "node": "gpu1", "class": "GPU_LOST", "gpu": 2, "xid": 79,
+                                               "run": 1}]
+    assert ac.parse(acct.comments["111"]) == [{"v": 1, "node": "*", "class": "FAILED", "exit": 2}]
+    assert ac.others(acct.comments["111"]) == JS
+
+
+def test_a_reference_whose_record_is_gone_is_set_aside_with_one_line(tmp_path, capsys):
+    import shutil
+
+    state = str(tmp_path)
+    queue(state, "120", {"node": "*", "class": "COMPLETED"})
+    queue(state, "121", {"node": "*", "class": "FAILED"})
+    shutil.rmtree(store.job_dir(state, "120"))                 # [retention] job_records_days removed it
+    acct = CountingAccounting({"120": "", "121": ""})
+    report = outbox.deliver_pending(state, acct, FAST)
+    assert report.delivered == ["121"] and report.set_aside == ["120._job.json"] and set(acct.asked) == {"121"}
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "120._job.json" in line]
+    assert "is gone" in line and outbox.pending(state) == {}

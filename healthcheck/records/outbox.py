@@ -1,8 +1,10 @@
 """Getting entries into the job's AdminComment, and never losing one.
 
-Every entry first goes to a local queue (``<state_dir>/outbox/<job>.<node>.json``, atomic); it
-leaves the queue only once accounting shows it. When accounting cannot be reached (slurmdbd down),
-the entry stays queued and any later hook run on the node delivers it.
+Every entry first goes to a local queue (``<state_dir>/outbox/<job>.<node>.json``, atomic): a
+reference to its record (job, node, run), whose entry (``store.entry_for``) is taken from the record
+when it is delivered, so the record on disk is what accounting gets. It leaves the queue only once
+accounting shows it. When accounting cannot be reached (slurmdbd down), it stays queued and any
+later hook run on the node delivers it.
 
 Writing is read-merge-write-verify: read the field, ``admin_comment.merge`` ours in (other tools'
 text and other nodes' entries kept), write it with one call, wait ``verify_delay_s`` (plus a
@@ -21,9 +23,10 @@ import random
 import sys
 import time
 from ..plain import field, plain
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from ..safeio import fsutil
+from ..slurm.backend import SlurmError as AccountingError     # accounting could not be read or written
 from . import admin_comment
 from . import store
 from .store import JOB_LEVEL, job_id_ok
@@ -31,24 +34,11 @@ from .store import JOB_LEVEL, job_id_ok
 OUTBOX_DIR = "outbox"
 
 
-class AccountingError(Exception):
-    """Accounting could not be read or written (one line)."""
-
-
 class Accounting(Protocol):
-    def get_admin_comment(self, job_id: str) -> Optional[str]:
-        """The job's AdminComment ("" when empty); None when accounting has no such job (yet)."""
+    def get_admin_comments(self, job_ids: List[str]) -> Dict[str, Optional[str]]:
+        """Each job's AdminComment ("" when empty; None when accounting has no such job yet), in one read."""
 
     def set_admin_comment(self, job_id: str, text: str) -> None: ...
-
-
-def _read_all(accounting: Accounting, job_ids: List[str]) -> Dict[str, Optional[str]]:
-    """Every job's AdminComment: in one call where the accounting offers ``get_admin_comments``
-    (one sacct for the whole round), else one call per job."""
-    many = getattr(accounting, "get_admin_comments", None)
-    if many is not None and job_ids:
-        return many(job_ids)
-    return {job: accounting.get_admin_comment(job) for job in job_ids}
 
 
 @plain
@@ -99,7 +89,7 @@ def write_jobs(accounting: Accounting, jobs: Dict[str, List[Dict[str, Any]]], se
     todo = dict(jobs)
     for _ in range(max(1, settings.attempts)):
         written = []
-        read = _read_all(accounting, list(todo))
+        read = accounting.get_admin_comments(list(todo))
         for job, entries in todo.items():
             current = read.get(job)
             if current is None:
@@ -114,7 +104,7 @@ def write_jobs(accounting: Accounting, jobs: Dict[str, List[Dict[str, Any]]], se
             return results
         sleep(settings.verify_delay_s + rng.uniform(0, settings.jitter_s))
         todo = {}
-        read = _read_all(accounting, written)
+        read = accounting.get_admin_comments(written)
         for job in written:
             after = read.get(job)
             if after is not None and all(admin_comment.contains(after, entry) for entry in jobs[job]):
@@ -142,42 +132,45 @@ def outbox_dir(state_dir: str) -> str:
     return os.path.join(state_dir, OUTBOX_DIR)
 
 
-def _entry_path(state_dir: str, job_id: str, node: str, run: Any = 0) -> str:
-    """``<job>.<node>.json``; a requeued job's later run ``<job>.<node>.r<run>.json`` (each run's kept)."""
-    name = "_job" if node == JOB_LEVEL else fsutil.path_component(node)
-    suffix = f".r{int(run)}" if isinstance(run, int) and not isinstance(run, bool) and run > 0 else ""
-    return os.path.join(outbox_dir(state_dir), f"{job_id_ok(job_id)}.{name}{suffix}.json")
+def _item_path(state_dir: str, job_id: str, node: str, restarts: Any) -> str:
+    """``<job>.<node>.json``; a requeued job's later run ``<job>.<node>.r<restarts>.json`` (each run's kept)."""
+    suffix = f".r{restarts}" if _is_count(restarts) and restarts > 0 else ""
+    return os.path.join(outbox_dir(state_dir), f"{job_id_ok(job_id)}.{store.node_file(node)}{suffix}.json")
 
 
-def enqueue(state_dir: str, job_id: str, entry: Dict[str, Any], now: Optional[float] = None,
-            settle: bool = False) -> str:
-    """Queue ``entry`` (with its ``node``) for ``job_id``; a newer entry for the same node replaces it.
-    With ``settle``, the delivery settles its record by accounting's final State first (``settle``)."""
-    path = _entry_path(state_dir, job_id, str(entry["node"]), entry.get("run", 0))
-    fsutil.ensure_dir(os.path.dirname(path))
-    item = {"job_id": str(job_id), "entry": entry, "queued_at": time.time() if now is None else now}
-    if settle:
-        item["settle"] = True
-    fsutil.atomic_write(path, json.dumps(item) + "\n")        # entry keys keep their order
-    return path
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def item_problem(data: Dict[str, Any]) -> Optional[str]:
     """What makes a queue file unusable (it is then set aside, ``fsutil.set_aside``), or None.
-    A ``job_id`` is checked here, before it can reach ``sacct -j`` or ``sacctmgr``."""
+    A ``job_id`` is checked here, before it can reach ``sacct -j`` or ``sacctmgr``. A reference
+    names its record's ``node`` and ``restarts``; an item the releases before wrote holds a copy
+    of the entry instead (its ``node`` and ``run``), read as a reference to the same record."""
     try:
         job_id_ok(str(data.get("job_id")))
     except ValueError as exc:
         return f"job_id: {exc}"
     if not isinstance(data.get("job_id"), str):
         return "job_id is not a string"
-    entry = data.get("entry")
-    if not isinstance(entry, dict) or not isinstance(entry.get("class"), str) or "node" not in entry:
+    entry = data.get("entry", {"class": ""})
+    if not isinstance(entry, dict) or not isinstance(entry.get("class"), str):
         return "entry is not an object with a node and a class"
+    node, restarts = _reference(data)
+    if not isinstance(node, str) or (node != JOB_LEVEL and fsutil.name_problem(node)) or not _is_count(restarts):
+        return "not a reference to a record (a node name and a restart count)"
     queued_at = data.get("queued_at")
     if isinstance(queued_at, bool) or not isinstance(queued_at, (int, float)) or not math.isfinite(queued_at):
         return "queued_at is not a number"
     return None
+
+
+def _reference(data: Dict[str, Any]) -> Tuple[Any, Any]:
+    """The record an item refers to: (node, restarts), from the copy of its entry where an older release queued one."""
+    entry = data.get("entry")
+    if isinstance(entry, dict):
+        return entry.get("node"), entry.get("run") or 0
+    return data.get("node"), data.get("restarts")
 
 
 def has_pending(state_dir: str) -> bool:
@@ -212,6 +205,7 @@ def pending(state_dir: str, set_aside: Optional[List[str]] = None) -> Dict[str, 
                 set_aside.append(name)
             continue
         data["path"] = path
+        data["node"], data["restarts"] = _reference(data)
         items.setdefault(data["job_id"], []).append(data)
     return dict(sorted(items.items(), key=lambda kv: (min(i["queued_at"] for i in kv[1]), kv[0])))
 
@@ -294,6 +288,12 @@ def _deliver_batch(state_dir: str, accounting: Accounting, batch: Dict[str, List
                    settings: DeliverySettings, sleep: Callable[[float], None], retry: Dict[str, Any], now: float,
                    report: DeliveryReport) -> None:
     """One round of ``deliver_pending``: settle, write ``batch``, remove what was delivered, back off the rest."""
+    for job_id, items in list(batch.items()):
+        batch[job_id] = [item for item in items if _find_record(state_dir, item, report)]
+        if not batch[job_id]:
+            del batch[job_id]
+    if not batch:
+        return          # an empty job list would ask sacct for every job
     try:
         _settle_batch(state_dir, accounting, batch, settings, sleep)
         results = write_jobs(accounting, {job: [i["entry"] for i in items] for job, items in batch.items()},
@@ -319,16 +319,36 @@ def _deliver_batch(state_dir: str, accounting: Accounting, batch: Dict[str, List
         report.waiting.append(job_id)
 
 
+def _find_record(state_dir: str, item: Dict[str, Any], report: DeliveryReport) -> bool:
+    """Find the record ``item`` refers to (its run's: the latest, else one ``store.earlier_runs`` kept)
+    and the entry it delivers now (``store.entry_for``; without a record, the copy an older release
+    queued). An item with neither is set aside: its record was removed (``[retention]``)."""
+    runs = [store.read_record(state_dir, item["job_id"], item["node"])] + store.earlier_runs(state_dir, item["job_id"])
+    record = item["record"] = next((r for r in runs if r is not None and r.get("node") == item["node"]
+                                    and (r.get("restarts") or 0) == item["restarts"]), None)
+    item["latest"] = record is not None and record is runs[0]
+    if record is not None:
+        item["entry"] = store.entry_for(record)
+    elif "entry" not in item:
+        fsutil.set_aside(item["path"], f"its record in jobs/{item['job_id']}/ is gone")
+        report.set_aside.append(os.path.basename(item["path"]))
+        return False
+    return True
+
+
 def _settle_batch(state_dir: str, accounting: Accounting, batch: Dict[str, List[Dict[str, Any]]],
                   settings: DeliverySettings, sleep: Callable[[float], None]) -> None:
-    """Settle the records of the batch's items that ask for it (``settle``) by accounting's final
-    State, one sacct for the batch, re-read up to ``attempts`` times ``verify_delay_s`` apart while
-    accounting still shows a job running (slurmdbd a moment behind). An item accounting cannot
-    settle then goes out as the epilog wrote it, its record still ``slurm_settled: false``."""
+    """Settle the batch's latest records that ask for it (``settle.wants_settling``) by accounting's
+    final State, one sacct for the batch, re-read up to ``attempts`` times ``verify_delay_s`` apart
+    while accounting still shows a job running (slurmdbd a moment behind). A record accounting
+    cannot settle then goes out as the epilog wrote it, still ``slurm_settled: false``."""
+    from . import settle
+
     final_states = getattr(accounting, "final_states", None)
     if final_states is None:
         return
-    waiting = {job: [i for i in items if i.get("settle")] for job, items in batch.items()}
+    waiting = {job: [i for i in items if i["latest"] and settle.wants_settling(i["record"])]
+               for job, items in batch.items()}
     waiting = {job: items for job, items in waiting.items() if items}
     for attempt in range(max(1, settings.attempts)):
         if not waiting:
@@ -343,20 +363,15 @@ def _settle_batch(state_dir: str, accounting: Accounting, batch: Dict[str, List[
 
 
 def _settle_item(state_dir: str, item: Dict[str, Any], row: Optional[Dict[str, str]]) -> bool:
-    """Settle the record behind one queued item (``settle.settled``) and queue its settled entry in
-    the item's place; True when nothing is left to settle for it."""
-    from . import settle
+    """Settle the record behind one queued item (``settle.settled``); True when it is settled."""
+    from .settle import settled
 
-    record = store.read_record(state_dir, item["job_id"], item["entry"]["node"])
-    if record is None or not settle.wants_settling(record) or store.entry_for(record) != item["entry"]:
-        return True        # no record here, or not the one this entry came from: it goes as it is
-    new = settle.settled(record, row)
+    new = settled(item["record"], row)
     if new is None:
         return False
     store.write_record(state_dir, new)
+    store.mark_queued(state_dir, new["job_id"], new["node"])       # its reference is still queued
     item["entry"] = store.entry_for(new)
-    enqueue(state_dir, item["job_id"], item["entry"], now=item["queued_at"])
-    store.mark_queued(state_dir, item["job_id"], new["node"])
     if new.get("settled_from"):
         print(f"slurm-gpu-hooks: job {item['job_id']}: {new['settled_from']} settled as {new['class']} by "
               f"accounting ({new['slurm_why']})", file=sys.stderr)
@@ -399,9 +414,9 @@ def _try_lock(path: str, wait_s: float, sleep: Callable[[float], None]) -> Optio
 
 
 def _remove_if_unchanged(item: Dict[str, Any]) -> None:
-    """Remove a delivered queue file, unless a newer entry replaced it meanwhile."""
+    """Remove a delivered queue file, unless its record was queued again meanwhile (amended)."""
     current = fsutil.read_state_json(item["path"])
-    if current is not None and current.get("entry") == item["entry"]:
+    if current is not None and current.get("queued_at") == item["queued_at"]:
         try:
             os.unlink(item["path"])
         except FileNotFoundError:
@@ -411,12 +426,15 @@ def _remove_if_unchanged(item: Dict[str, Any]) -> None:
 # -- the record on disk is the source of truth -----------------------------------------------------
 
 def queue_record(state_dir: str, record: Dict[str, Any], now: Optional[float] = None) -> str:
-    """Queue the entry of a record written with ``entry_wanted`` and mark it queued
-    (``store.mark_queued``). An OSError (a full disk) leaves the record unmarked: ``requeue_missing``
-    queues it once space returns."""
-    from .settle import wants_settling
-
-    path = enqueue(state_dir, record["job_id"], store.entry_for(record), now=now, settle=wants_settling(record))
+    """Queue a reference to a record written with ``entry_wanted`` (a newer one for the same record
+    replaces it) and mark it queued (``store.mark_queued``). An OSError (a full disk) leaves the
+    record unmarked: ``requeue_missing`` queues it once space returns."""
+    restarts = record.get("restarts") or 0
+    path = _item_path(state_dir, record["job_id"], str(record["node"]), restarts)
+    fsutil.ensure_dir(os.path.dirname(path))
+    item = {"job_id": str(record["job_id"]), "node": str(record["node"]), "restarts": restarts,
+            "queued_at": time.time() if now is None else now}
+    fsutil.atomic_write(path, json.dumps(item) + "\n")
     try:
         store.mark_queued(state_dir, record["job_id"], record["node"])
     except OSError:
@@ -448,7 +466,7 @@ def requeue_missing(state_dir: str, expire_s: float, now: Optional[float] = None
     queued: List[str] = []
     try:
         for record in store.records_needing_queue(state_dir, since):
-            if os.path.exists(_entry_path(state_dir, record["job_id"], str(record["node"]), record.get("restarts", 0))):
+            if os.path.exists(_item_path(state_dir, record["job_id"], str(record["node"]), record.get("restarts"))):
                 store.mark_queued(state_dir, record["job_id"], record["node"])
                 continue
             queue_record(state_dir, record, now=float(record.get("amended_at") or record.get("ended_at") or now))

@@ -16,8 +16,6 @@ from typing import Any, Dict, Mapping, Optional
 
 from .classify import SlurmView, final_state, reclassify, slurm_ending
 
-# What the delivery asks sacct for (JobID/JobIDRaw find the row: delivery.row_of).
-FIELDS = ["JobID", "JobIDRaw", "State", "ExitCode", "Start"]
 # scontrol's StartTime and sacct's Start are both whole seconds of the same clock.
 SAME_START_S = 1.0
 
@@ -27,8 +25,8 @@ def wants_settling(record: Mapping[str, Any]) -> bool:
 
 
 def settled(record: Mapping[str, Any], row: Optional[Mapping[str, str]]) -> Optional[Dict[str, Any]]:
-    """``record`` settled by its job's ``sacct -X`` row (``FIELDS``): marked settled, and
-    reclassified with its own evidence when the final State tells another ending. None when the
+    """``record`` settled by its job's ``sacct -X`` row (``slurm.job_accounting.FINAL_STATE_FIELDS``):
+    marked settled, and reclassified with its own evidence when the final State tells another ending. None when the
     row cannot settle it: no row, a State that is not final yet, or another run of the job (a
     requeued job's row is its latest run's)."""
     if row is None or not final_state(row.get("State", "")):

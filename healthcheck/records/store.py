@@ -25,7 +25,7 @@ JOB_LEVEL = "*"
 RECENT_KEEP = 64
 RECORD_VERSION = 1
 
-JOB_ID = _JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$")
+JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$")
 
 
 # What a person may name a job by: also a heterogeneous job's component as sacct shows it (1234+1).
@@ -39,12 +39,12 @@ def shown_job_id_ok(job_id: str) -> str:
 
 
 def job_id_ok(job_id: str) -> str:
-    if not _JOB_ID.match(str(job_id)):
+    if not JOB_ID.match(str(job_id)):
         raise ValueError(f"{job_id!r} is not a Slurm job id")
     return str(job_id)
 
 
-def _node_file(node: str) -> str:
+def node_file(node: str) -> str:
     return "_job" if node == JOB_LEVEL else fsutil.path_component(node)
 
 
@@ -53,11 +53,11 @@ def job_dir(state_dir: str, job_id: str) -> str:
 
 
 def record_path(state_dir: str, job_id: str, node: str) -> str:
-    return os.path.join(job_dir(state_dir, job_id), _node_file(node) + ".json")
+    return os.path.join(job_dir(state_dir, job_id), node_file(node) + ".json")
 
 
 def baseline_path(state_dir: str, job_id: str, node: str) -> str:
-    return os.path.join(job_dir(state_dir, job_id), _node_file(node) + ".baseline.json")
+    return os.path.join(job_dir(state_dir, job_id), node_file(node) + ".baseline.json")
 
 
 def _write_json(path: str, data: Dict[str, Any]) -> None:
@@ -77,12 +77,18 @@ def write_record(state_dir: str, record: Dict[str, Any]) -> str:
     before = fsutil.read_state_json(path)
     if before is not None and "run" in record and before.get("run", 0) != record["run"]:
         run = fsutil.path_component(str(before.get("run", 0)))
-        os.replace(path, os.path.join(os.path.dirname(path), f"{_node_file(record['node'])}{RUN_INFIX}{run}.json"))
+        os.replace(path, os.path.join(os.path.dirname(path), f"{node_file(record['node'])}{RUN_INFIX}{run}.json"))
     _write_json(path, record)
     return path
 
 
 RUN_INFIX = ".run-"
+
+
+def is_record_name(name: str) -> bool:
+    """A (job, node) record's file: the latest run's, not a baseline, an earlier run or a temporary file."""
+    return name.endswith(".json") and not name.endswith(".baseline.json") and not name.startswith(".") \
+        and RUN_INFIX not in name
 
 
 def run_of(env: Mapping[str, str], fields: Optional[Mapping[str, str]] = None,
@@ -132,8 +138,7 @@ def read_records(state_dir: str, job_id: str) -> List[Dict[str, Any]]:
         return []
     records = []
     for name in names:
-        if name.endswith(".json") and not name.endswith(".baseline.json") and not name.startswith(".") \
-                and RUN_INFIX not in name:
+        if is_record_name(name):
             data = fsutil.read_state_json(os.path.join(directory, name))
             if data is not None and str(data.get("job_id")) == str(job_id):
                 records.append(data)
@@ -250,7 +255,7 @@ QUEUED_SUFFIX = ".queued"
 def queued_marker(state_dir: str, job_id: str, node: str) -> str:
     """``<node>.queued`` beside the record: its entry reached the outbox after the record was last
     written (a marker older than the record, or none, and the entry may never have been queued)."""
-    return os.path.join(job_dir(state_dir, job_id), _node_file(node) + QUEUED_SUFFIX)
+    return os.path.join(job_dir(state_dir, job_id), node_file(node) + QUEUED_SUFFIX)
 
 
 def mark_queued(state_dir: str, job_id: str, node: str) -> None:
@@ -277,15 +282,14 @@ def records_needing_queue(state_dir: str, since: float) -> Iterable[Dict[str, An
             info = os.lstat(directory)
         except OSError:
             continue
-        if not _JOB_ID.match(job_name) or not stat.S_ISDIR(info.st_mode) or info.st_mtime < since:
+        if not JOB_ID.match(job_name) or not stat.S_ISDIR(info.st_mode) or info.st_mtime < since:
             continue
         try:
             names = sorted(os.listdir(directory))
         except OSError:
             continue
         for name in names:
-            if not name.endswith(".json") or name.endswith(".baseline.json") or name.startswith(".") \
-                    or RUN_INFIX in name:
+            if not is_record_name(name):
                 continue
             path = os.path.join(directory, name)
             try:

@@ -87,7 +87,7 @@ def _entry_lands_on_one_row_alone(lab, job: str, rows_wanted: int, target: str, 
     ``job`` has its own entry; every other row keeps what it had."""
     from healthcheck.records import outbox
     from healthcheck.slurm.cli_backend import CliBackend
-    from slurm_hooks.delivery import SlurmAccounting
+    from healthcheck.slurm.job_accounting import SlurmAccounting
     from slurm_hooks.lab.commands import slurm_env
 
     seen: Dict[str, Any] = {"rows": None, "since": 0.0}
