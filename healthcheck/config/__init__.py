@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from ..findings import action_for
 from ..safeio import datafiles, tomlio
 from ..schema import Problem, merge, validate
+from . import shipped
 from .keys import CONFIG_SCHEMA, TIERS, cross_checks, map_deprecated, node_matches
 
 __all__ = ["CONFIG_SCHEMA", "TIERS", "Config", "ConfigError", "builtin_defaults", "config_path", "node_name",
@@ -150,8 +151,6 @@ class Config:
         return self.resolve_profile(chosen) if chosen else None
 
     def resolve_profile(self, value: str) -> str:
-        from ..sim import shipped
-
         return shipped.resolve(value, self.base_dir)
 
     def threshold(self, name: str) -> float:

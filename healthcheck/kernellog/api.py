@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
 
 from . import readers
-from .catalog import XidCatalog
+from ..xid.catalog import XidCatalog
 from .cursor import StateStore
-from .events import XidEvent
+from ..xid.events import XidEvent
 from .flood import CLOCK_SLACK_S, EscalationRule, FloodTracker, group_key
 from .parser import (NEEDLES, Companion, LostIntro, LostTail, lost_gpu_event, message_start, parse_line_split,
                      prefix_is_kernel, record_stamp, whole_driver_line)
-from .pci import GpuMap
+from ..xid.pci import GpuMap
 from .scanner import LineScanner, ScanStats
 from .readers import KernelLogError
 from .timestamps import PrefixClock, boot_time
