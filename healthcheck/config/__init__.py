@@ -10,6 +10,7 @@ import functools
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
+from .. import compiled
 from ..findings import action_for
 from ..safeio import datafiles, tomlio
 from ..schema import Problem, merge, validate
@@ -96,8 +97,6 @@ class Config:
         if path == DEFAULT_CONFIG_PATH and not explicit and not os.path.exists(path):
             return cls.from_document({}, None)
         if cached:
-            from .. import compiled
-
             return compiled.load(cls, path, read_document)
         return cls.from_document(read_document(path), path)
 

@@ -8,7 +8,6 @@ import fnmatch
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..checklist import CHECKS, FINDING_IDS
 from ..facts import NVML_DRIVER_FACTS
 from ..findings import ACTIONS
 from ..xid.xid_actions import XID_ACTIONS
@@ -332,6 +331,10 @@ def cross_checks(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem]
 
 def _check_id_problems(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem]:
     """Unknown check ids in [actions] and [tiers], unknown names in [thresholds]."""
+    # Only when a document is validated: a hook loads the compiled config, and the TaskProlog
+    # (before every task) never needs the check list.
+    from ..checklist import CHECKS, FINDING_IDS
+
     def known(check_id: str, ids) -> bool:
         return check_id in ids
 

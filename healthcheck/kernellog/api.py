@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
 
+from ..config import builtin_defaults
 from . import readers
 from ..xid.catalog import XidCatalog
 from .cursor import StateStore
@@ -49,8 +50,6 @@ class XidSettings:
     def from_config(cls, config: Any = None) -> "XidSettings":
         """From a ``healthcheck.config.Config`` (already validated), or the built-in defaults."""
         if config is None:
-            from ..config import builtin_defaults
-
             section = builtin_defaults().get("xid", {})
         else:
             section = config.section("xid")
