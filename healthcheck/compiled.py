@@ -25,6 +25,10 @@ import stat
 import sys
 from typing import Any, Callable, Dict, Optional
 
+from .safeio import datafiles, tomlio
+from .safeio.fsutil import atomic_write
+from .safeio.sha256 import sha256
+
 CACHE_DIR = "/run/slurm-gpu-hooks"
 _VERSION = "1"
 MAX_ENTRY_BYTES = 1 << 20
@@ -33,10 +37,9 @@ MAX_ENTRY_BYTES = 1 << 20
 # functions, transitively: ``plain.py`` builds the classes ``facts.py`` declares) and the data
 # files they read. tests/test_config_compiled.py derives that set from the code and fails when
 # a module or data file is missing here.
-_CODE = ("__init__.py", "compiled.py", "config/__init__.py", "config/keys.py", "schema.py", "findings.py", "facts.py",
-         "plain.py", "checks/__init__.py", "kernellog/__init__.py", "kernellog/xid_actions.py",
+_CODE = ("__init__.py", "compiled.py", "config/__init__.py", "config/keys.py", "config/shipped.py", "schema.py",
+         "findings.py", "facts.py", "plain.py", "checklist.py", "xid/__init__.py", "xid/xid_actions.py",
          "safeio/__init__.py", "safeio/datafiles.py", "safeio/fsutil.py", "safeio/sha256.py", "safeio/tomlio.py",
-         "sim/__init__.py", "sim/shipped.py", "taskenv/__init__.py", "taskenv/nccl_env.py", "taskenv/topology.py",
          "data/defaults.toml", "data/xid-actions.tsv")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,8 +50,6 @@ def cache_dir() -> Optional[str]:
 
 
 def key(path: str, raw: bytes) -> str:
-    from .safeio.sha256 import sha256
-
     parts = [_VERSION, os.path.abspath(path), sys.version]
     for name in _CODE:
         try:
@@ -62,8 +63,6 @@ def key(path: str, raw: bytes) -> str:
 
 
 def _entry_path(directory: str, path: str) -> str:
-    from .safeio.sha256 import sha256
-
     return os.path.join(directory, "config-" + sha256(os.path.abspath(path).encode("utf-8", "surrogateescape"))
                         .hexdigest()[:32] + ".json")
 
@@ -96,8 +95,6 @@ def _read_entry(directory: str, entry: str) -> Optional[dict]:
 
 
 def _write_entry(directory: str, entry: str, content: dict) -> None:
-    from .safeio.fsutil import atomic_write
-
     try:
         text = json.dumps(content, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
@@ -138,8 +135,6 @@ def load(cls: Any, path: str, read_document: Callable[..., Dict[str, Any]]) -> A
     """``cls`` (Config) for ``path``: from the cache when its key matches, else read with
     ``read_document(path, raw)``, validated (``Config.from_document``; ConfigError as always)
     and then cached."""
-    from .safeio import tomlio
-
     try:
         raw = tomlio.read_bytes(path)
     except (OSError, ValueError):
@@ -161,14 +156,10 @@ def load(cls: Any, path: str, read_document: Callable[..., Dict[str, Any]]) -> A
 def package_toml(name: str) -> Dict[str, Any]:
     """The package's TOML data file ``name`` (``datafiles``: e.g. job-classes.toml), parsed; from
     the cache when an entry was made from these very bytes (the epilog reads one every job)."""
-    from .safeio import datafiles, tomlio
-
     text = datafiles.read_text(name)
     directory = cache_dir()
     if not directory:
         return tomlio.loads(text)
-    from .safeio.sha256 import sha256
-
     wanted = sha256("\0".join([_VERSION, name, sys.version, text]).encode("utf-8", "surrogateescape")).hexdigest()
     # Named by the bytes too: two installs with different copies of the file (a node in an
     # upgrade, worktrees side by side) keep one entry each instead of rewriting one in turn.

@@ -1,4 +1,5 @@
-"""What probes hand to checks: plain data, no behaviour, picklable across the probe's child.
+"""What probes hand to checks: plain data, no behaviour, picklable across the probe's child
+(and sysfs's spelling of an IB port's state and rate, parsed alike by the probe and the simulator).
 
 Every value a probe could not read is ``None``: ``unsupported`` says which features the
 hardware does not have (NVML answered NotSupported: no alarm), ``errors`` which reads failed
@@ -6,8 +7,10 @@ for another reason (what NVML or the kernel said, verbatim).
 """
 from __future__ import annotations
 
+import re
+
 from .plain import field, plain
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 # What a check (CheckSpec.needs "nvml:<group>") or a caller (run_checks extra_reads) can ask
 # the NVML probe to read, beyond every GPU's identity (name, UUID, PCI bus id, minor number).
@@ -131,6 +134,25 @@ class IbPortFacts:
         return f"{self.hca}:{self.port}"
 
 
+# sysfs's spelling of a port's state and rate: read by the IB probe, written by the simulator.
+_NUMBERED = re.compile(r"\s*(\d{1,9})\s*:\s*(.*)")     # 9 digits: more is no sysfs state
+_RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+
+
+def parse_numbered(text: str) -> Tuple[Optional[int], str]:
+    """``4: ACTIVE`` -> (4, "ACTIVE"); anything else keeps its text."""
+    match = _NUMBERED.fullmatch(text.strip())
+    if not match:
+        return None, text.strip()
+    return int(match.group(1)), match.group(2).strip()
+
+
+def parse_rate(text: str) -> Optional[float]:
+    """``400 Gb/sec (4X NDR)`` -> 400.0."""
+    match = _RATE.match(text)
+    return float(match.group(1)) if match else None
+
+
 @plain
 class IbFacts:
     status: str = "ok"                           # ok | timeout | error
@@ -195,7 +217,7 @@ class IbBandwidthFacts:
 
 @plain
 class KernelLogFacts:
-    """Kernel-log events for this run (``healthcheck.kernellog.events.XidEvent``)."""
+    """Kernel-log events for this run (``healthcheck.xid.events.XidEvent``)."""
     status: str = "ok"                           # ok | error
     source: str = ""
     events: List[Any] = field(default_factory=list)

@@ -15,7 +15,8 @@ import time
 from .plain import field, plain
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from .checks import CHECKS, needs, nvml_features
+from . import checks
+from .checklist import CHECKS, needs, nvml_features
 from .checks.base import CheckInput
 from .config import Config
 from .facts import NVML_READ_GROUPS, DcgmFacts, RunFacts
@@ -94,8 +95,8 @@ class Probes:
         """Import the tier's check modules and samplers now (``run_checks`` would import them
         after collecting the children; a hook does it while they run)."""
         for cid in self.check_ids:
-            CHECKS[cid].function()
-            CHECKS[cid].sampler()
+            checks.judge(CHECKS[cid])
+            checks.sampler(CHECKS[cid])
         from .checks import probe_health  # noqa: F401
 
     def matches(self, tier: str, gpus: Optional[frozenset], extra_reads: Iterable[str]) -> bool:
@@ -160,7 +161,7 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
     nvml_child, ib_child = probes.nvml_child, probes.ib_child
     # The counter history is read while the children work (it does not depend on what they find).
     extra: List[Finding] = []
-    samplers = [CHECKS[cid].sampler() for cid in check_ids if CHECKS[cid].samples]
+    samplers = [checks.sampler(CHECKS[cid]) for cid in check_ids if CHECKS[cid].samples]
     history_store, history = None, {}
     if samplers:
         history_store, history, problem = _load_history(config, sources.state_dir, node)
@@ -197,7 +198,7 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
     findings = probe_findings(inp) + extra
     for cid in check_ids:
         try:
-            findings.extend(CHECKS[cid].function()(inp))
+            findings.extend(checks.judge(CHECKS[cid])(inp))
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
             findings.append(inp.finding("check.error", "error", f"check {cid} failed: {type(exc).__name__}: {exc}",
                                         evidence={"check": cid}))

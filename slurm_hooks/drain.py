@@ -16,8 +16,8 @@ from healthcheck.findings import Finding
 
 def event_finding(config, item: Dict[str, Any]) -> Finding:
     """A job window's Xid/SXid (``evidence.event_evidence``) as the health check would judge it:
-    the one rule of ``kernellog.event_findings.judge`` (data: ``healthcheck/data/xid-actions.tsv``)."""
-    from healthcheck.kernellog.event_findings import judge
+    the one rule of ``xid.event_findings.judge`` (data: ``healthcheck/data/xid-actions.tsv``)."""
+    from healthcheck.xid.event_findings import judge
 
     check = "kernel.sxid" if item.get("event") == "sxid" else "kernel.xid"
     what = f" ({item['mnemonic']})" if item.get("mnemonic") else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-from healthcheck.checks import CHECKS
+from healthcheck.checklist import CHECKS
 from healthcheck.checks.base import CheckInput
 from healthcheck.config import Config
 from healthcheck.sources import sim_sources

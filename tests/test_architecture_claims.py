@@ -1,15 +1,40 @@
 """docs/architecture.md's "only X does Y" statements, each held by reading the source: who imports
-what (the import graph of tests/test_import_graph.py, lazy imports inside functions included) and
+what (grimp's import graph, the one import-linter checks, imports inside functions included) and
 who calls what. A change that makes a statement false fails here and names the module; then fix
-the code or the page. The drain gate's own statement is tests/test_gate_only.py; the import
-direction, pure checks and the TaskProlog's lean path are tests/test_import_graph.py."""
+the code or the page. The drain gate's own statement is tests/test_gate_only.py; the layers, the
+import direction, pure checks and the TaskProlog's lean path are import-linter's contracts
+(.importlinter, tests/test_import_contracts.py)."""
 from __future__ import annotations
 
 import ast
 import os
 from typing import Dict, Iterator, List, Set
 
-from .test_import_graph import GRAPH, MODULES, ROOT
+import pytest
+
+grimp = pytest.importorskip("grimp")      # installed with import-linter (Python 3.11+; see setup.cfg)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("healthcheck", "slurm_hooks")
+
+
+def _modules() -> Dict[str, str]:
+    """Every product module's name -> its file."""
+    found = {}
+    for package in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            for file_name in files:
+                if file_name.endswith(".py"):
+                    path = os.path.join(folder, file_name)
+                    name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    found[name[:-len(".__init__")] if name.endswith(".__init__") else name] = path
+    return found
+
+
+MODULES = _modules()
+_GRAPH = grimp.build_graph(*PACKAGES, include_external_packages=True, cache_dir=None)
+# Every module each product module imports (outside the product: the top-level name, ``subprocess``).
+GRAPH: Dict[str, Set[str]] = {name: set(_GRAPH.find_modules_directly_imported_by(name)) for name in MODULES}
 
 PAGE = os.path.join(ROOT, "docs", "architecture.md")
 
@@ -43,10 +68,10 @@ def _dotted(node: ast.AST) -> str:
 
 # -- "healthcheck/sources.py is the only module of the node side that knows the simulator exists"
 
-def test_only_sources_config_the_cli_and_the_lab_import_the_simulator():
+def test_only_sources_the_cli_and_the_lab_import_the_simulator():
     users = {name for name in _importers(_in("healthcheck.sim")) if not _in("healthcheck.sim")(name)}
     node_side = {name for name in users if not name.startswith(("slurm_hooks.cli.", "slurm_hooks.lab."))}
-    assert node_side == {"healthcheck.sources", "healthcheck.config"}
+    assert node_side == {"healthcheck.sources"}
     assert "healthcheck/sources.py` is the only module of the node side" in _page()
 
 

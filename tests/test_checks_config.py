@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from healthcheck.checks import CHECKS, FINDING_IDS, PROBE_FINDINGS
+from healthcheck import checks
+from healthcheck.checklist import CHECKS, FINDING_IDS, PROBE_FINDINGS
 from healthcheck.config import TIERS, Config, ConfigError, builtin_defaults
 
 from .conftest import ROOT
@@ -31,8 +32,8 @@ def test_every_check_has_a_default_action_and_every_tier_is_known():
 
 def test_every_check_function_and_sampler_exists():
     for spec in CHECKS.values():
-        assert callable(spec.function())
-        assert spec.samples is None or callable(spec.sampler())
+        assert callable(checks.judge(spec))
+        assert spec.samples is None or callable(checks.sampler(spec))
 
 
 def test_every_check_and_threshold_is_documented():

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from healthcheck.checks import CHECKS, FINDING_IDS
+from healthcheck.checklist import CHECKS, FINDING_IDS
 from healthcheck.runner import run_checks
 from healthcheck.sim.node import SimNode
 from healthcheck.sim.profile import load_profile

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from healthcheck.sim import shipped
+from healthcheck.config import shipped
 from healthcheck.sim.profile import load_profile
 
 from .conftest import run_cli

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import re
 
-from healthcheck.kernellog.catalog import XidCatalog
+from healthcheck.xid.catalog import XidCatalog
 
 from .conftest import ROOT
 

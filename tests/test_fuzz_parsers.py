@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from healthcheck.safeio import tomlio
 from healthcheck.config import Config, ConfigError
-from healthcheck.kernellog.events import XidEvent
+from healthcheck.facts import parse_numbered, parse_rate
+from healthcheck.xid.events import XidEvent
 from healthcheck.kernellog.parser import Companion, message_start, parse_line, parse_line_split
 from healthcheck.kernellog.scanner import LineScanner
 from healthcheck.kernellog.timestamps import PrefixClock
@@ -155,9 +156,9 @@ def test_any_sysfs_port_contents_read_without_a_crash(tmp_path_factory, files):
 @given(st.text(max_size=200))
 @example("9" * 5000 + ": ACTIVE")
 def test_numbered_and_rate_values_parse_or_stay_text(text):
-    number, rest = ib_sysfs.parse_numbered(text)
+    number, rest = parse_numbered(text)
     assert number is None or isinstance(number, int)
-    rate = ib_sysfs.parse_rate(text)
+    rate = parse_rate(text)
     assert rate is None or isinstance(rate, float)
 
 

@@ -179,9 +179,9 @@ def test_every_hook_drains_for_the_same_xids_as_the_data_says():
     classification follow one rule: the ``finding`` column of data/xid-actions.tsv."""
     from healthcheck.config import Config
     from healthcheck.safeio.datafiles import read_text
-    from healthcheck.kernellog.events import XidEvent
-    from healthcheck.kernellog.event_findings import xid_findings
-    from healthcheck.kernellog.xid_actions import XID_ACTIONS
+    from healthcheck.xid.events import XidEvent
+    from healthcheck.xid.event_findings import xid_findings
+    from healthcheck.xid.xid_actions import XID_ACTIONS
     from healthcheck.records.classify import evidence_class
 
     config = Config.from_document({}, None)

@@ -348,15 +348,15 @@ def test_a_job_of_root_is_not_read(node, oom_job):
 _ANY_PATH_NEVER = {"argparse", "click", "jinja2", "dataclasses", "inspect", "importlib.resources",
                    "healthcheck.remediate.ledger", "pynvml", "healthcheck.sim.sim_pynvml", "ctypes"}
 _HEALTHY_PATH_NEVER = {
-    "prolog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.kernellog.catalog",
-               "healthcheck.kernellog.events", "healthcheck.actions.decision", "healthcheck.records.classify",
+    "prolog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.xid.catalog",
+               "healthcheck.xid.events", "healthcheck.actions.decision", "healthcheck.records.classify",
                # a healthy prolog starts no program (nothing queued to deliver) and removes no tree
                "subprocess", "shutil"}
     | _ANY_PATH_NEVER,
-    "epilog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.kernellog.catalog",
-               "healthcheck.kernellog.events", "healthcheck.actions.decision"} | _ANY_PATH_NEVER,
+    "epilog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.xid.catalog",
+               "healthcheck.xid.events", "healthcheck.actions.decision"} | _ANY_PATH_NEVER,
     "healthcheck": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser",
-                    "healthcheck.kernellog.catalog"} | _ANY_PATH_NEVER,
+                    "healthcheck.xid.catalog"} | _ANY_PATH_NEVER,
 }
 
 

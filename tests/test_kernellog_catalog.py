@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from healthcheck.config import CONFIG_SCHEMA, Config, ConfigError, builtin_defaults
-from healthcheck.kernellog.events import XID_ACTIONS
+from healthcheck.xid.events import XID_ACTIONS
 from healthcheck.kernellog.api import XidSettings
-from healthcheck.kernellog.catalog import XidCatalog, action_map, catalog_entries, decode_rows
+from healthcheck.xid.catalog import XidCatalog, action_map, catalog_entries, decode_rows
 from healthcheck.kernellog.parser import parse_line
 from healthcheck.schema import validate
 

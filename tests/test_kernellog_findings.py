@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from healthcheck.config import Config
 from healthcheck.kernellog.api import scan_events
-from healthcheck.kernellog.event_findings import xid_findings
+from healthcheck.xid.event_findings import xid_findings
 
 GPUS = [SimpleNamespace(index=0, uuid="GPU-aaaa", pci_bus_id="00000000:18:00.0"),
         {"index": 3, "uuid": "GPU-dddd", "pci_bus_id": "00000000:5D:00.0"}]

@@ -5,8 +5,8 @@ import io
 
 from healthcheck.config import Config
 from healthcheck.kernellog.api import read_new_events, scan_events
-from healthcheck.kernellog.catalog import XidCatalog
-from healthcheck.kernellog.events import XidEvent
+from healthcheck.xid.catalog import XidCatalog
+from healthcheck.xid.events import XidEvent
 from healthcheck.kernellog.flood import EscalationRule, FloodTracker
 from healthcheck.kernellog.parser import parse_line
 from healthcheck.kernellog.timestamps import PrefixClock

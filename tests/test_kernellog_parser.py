@@ -7,7 +7,7 @@ import time
 import pytest
 
 from healthcheck.kernellog.parser import Companion, parse_line
-from healthcheck.kernellog.pci import GpuMap, normalise_pci, pci_key
+from healthcheck.xid.pci import GpuMap, normalise_pci, pci_key
 from healthcheck.kernellog.timestamps import PrefixClock
 
 XID79 = b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."

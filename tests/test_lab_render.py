@@ -125,7 +125,7 @@ def test_hooks_config_is_valid_and_binds_each_node_to_a_profile():
 
 
 def test_the_lab_copies_the_shipped_profiles(tmp_path):
-    from healthcheck.sim import shipped
+    from healthcheck.config import shipped
     from slurm_hooks.lab.cluster import copy_sim_profiles
     from slurm_hooks.lab.paths import LabPaths
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from healthcheck.kernellog.api import read_new_events
-from healthcheck.kernellog.event_findings import xid_findings
+from healthcheck.xid.event_findings import xid_findings
 from healthcheck.runner import run_checks
 from healthcheck.sim.node import SimNode
 

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from healthcheck.sim import shipped
+from healthcheck.config import shipped
 
 from .conftest import ROOT
 
@@ -73,7 +73,7 @@ def test_installed_check_runs_a_shipped_profile_by_name(installed, tmp_path):
     # The profile came from the installed package, not from this checkout.
     listed = _run([str(installed / "slurm-gpu"), "sim", "profiles"], tmp_path)
     assert listed.returncode == 0 and listed.stdout.split()[0] in shipped.shipped_names()
-    where = _run([str(installed / "python"), "-c", "from healthcheck.sim import shipped; print(shipped.shipped_dir())"],
+    where = _run([str(installed / "python"), "-c", "from healthcheck.config import shipped; print(shipped.shipped_dir())"],
                  tmp_path)
     assert where.stdout.strip().startswith(str(installed.parent)), where.stdout
 

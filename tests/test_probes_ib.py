@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import os
 
-from healthcheck.probes.ib_sysfs import ib_facts, parse_numbered, parse_rate, probe_ib, start_ib_probe
+from healthcheck.facts import parse_numbered, parse_rate
+from healthcheck.probes.ib_sysfs import ib_facts, probe_ib, start_ib_probe
 
 from .checks_support import sim
 

@@ -5,7 +5,7 @@ import json
 import os
 
 from healthcheck.config import Config
-from healthcheck.sim import shipped
+from healthcheck.config import shipped
 
 from .conftest import SIM_PROFILES, run_cli
 

@@ -486,7 +486,7 @@ def test_html_is_self_contained_and_escapes_job_names(tmp_path):
     assert "<script" not in page.lower()
     assert not re.search(r"(src|href)=\"?(https?:)?//", page)
     assert page.count("<svg") == 4                       # over time, lost per cause, share, nodes
-    from healthcheck.kernellog.catalog import XidCatalog
+    from healthcheck.xid.catalog import XidCatalog
     from markupsafe import escape
 
     assert str(escape(XidCatalog().entry(79).mnemonic)) in page

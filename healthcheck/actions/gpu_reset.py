@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence, Tuple
 
+from ..safeio import programs
+
 PLACEHOLDER = "{gpu}"
 
 
@@ -43,16 +45,12 @@ def resolved(argv: Sequence[str], programs_dir: Optional[str] = None) -> Optiona
     """``argv`` with its program's path (looked up as ``ib_write_bw`` is: an absolute path, else
     PATH and the usual directories; ``programs_dir``, a simulated node's stand-ins, the only
     place looked at when given); None when there is no such program."""
-    from ..probes.perftest import find_program
-
-    program = find_program(str(argv[0]), programs_dir) if argv else None
+    program = programs.find_program(str(argv[0]), programs_dir) if argv else None
     return None if program is None else (program, *argv[1:])
 
 
 def run_reset(argv: Sequence[str], timeout_s: float) -> None:
     """The edge: run the reset; ``ResetError`` (one line) unless it exited 0."""
-    from ..safeio import programs
-
     try:
         done = programs.run(list(argv), timeout_s)
     except programs.CommandError as exc:

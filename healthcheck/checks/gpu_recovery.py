@@ -21,8 +21,8 @@ def recovery_action(inp: CheckInput) -> List[Finding]:
         value = gpu.recovery_action
         if not value:      # None: the driver cannot say; 0: nothing to do
             continue
-        from ..kernellog.catalog import action_map     # only when there is something to name
-        from ..kernellog.xid_actions import strongest
+        from ..xid.catalog import action_map     # only when there is something to name
+        from ..xid.xid_actions import strongest
 
         mapping = action_map().get("recovery", {})
         name = GPU_RECOVERY_ACTIONS.get(value, f"unknown ({value})")

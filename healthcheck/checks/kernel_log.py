@@ -17,7 +17,7 @@ from .base import CheckInput
 def _findings(inp: CheckInput, check: str) -> List[Finding]:
     if inp.kernel is None or inp.kernel.status != "ok" or not inp.kernel.events:
         return []
-    from ..kernellog.event_findings import xid_findings
+    from ..xid.event_findings import xid_findings
 
     gpus = inp.nvml.gpus if inp.nvml_ok() else ()
     found = [f for f in xid_findings(inp.kernel.events, gpus, actions=inp.actions) if f.check == check]

@@ -10,9 +10,11 @@ import functools
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
+from .. import compiled
 from ..findings import action_for
 from ..safeio import datafiles, tomlio
 from ..schema import Problem, merge, validate
+from . import shipped
 from .keys import CONFIG_SCHEMA, TIERS, cross_checks, map_deprecated, node_matches
 
 __all__ = ["CONFIG_SCHEMA", "TIERS", "Config", "ConfigError", "builtin_defaults", "config_path", "node_name",
@@ -95,8 +97,6 @@ class Config:
         if path == DEFAULT_CONFIG_PATH and not explicit and not os.path.exists(path):
             return cls.from_document({}, None)
         if cached:
-            from .. import compiled
-
             return compiled.load(cls, path, read_document)
         return cls.from_document(read_document(path), path)
 
@@ -150,8 +150,6 @@ class Config:
         return self.resolve_profile(chosen) if chosen else None
 
     def resolve_profile(self, value: str) -> str:
-        from ..sim import shipped
-
         return shipped.resolve(value, self.base_dir)
 
     def threshold(self, name: str) -> float:

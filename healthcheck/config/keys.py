@@ -5,11 +5,12 @@ cross-checks against the check registry and the built-in defaults. Pure: no file
 from __future__ import annotations
 
 import fnmatch
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..facts import NVML_DRIVER_FACTS
 from ..findings import ACTIONS
-from ..kernellog.xid_actions import XID_ACTIONS
+from ..xid.xid_actions import XID_ACTIONS
 from ..safeio.fsutil import name_problem
 from ..schema import Field, Problem
 
@@ -96,16 +97,19 @@ _XID_KEY_DOC = 'an Xid code such as "13", or "sxid:20034" for an NVSwitch SXid'
 _XID_MAX_ESCALATION_COUNT = 10000
 
 
-def _env_value_problem(value: str) -> Optional[str]:
-    from ..taskenv.nccl_env import value_problem
+# What a task's environment takes (``[nccl] env``; the TaskProlog holds its own settings to it too).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-    return value_problem(value)
+
+def env_value_problem(value: str) -> Optional[str]:
+    """Slurm takes everything after ``=`` to the end of the line as the value."""
+    if any(ch in value for ch in "\n\r\0"):
+        return "holds a line break or NUL"
+    return None
 
 
 def _env_names_problem(table: Dict[str, Any]) -> Optional[str]:
-    from ..taskenv.nccl_env import NAME
-
-    bad = [key for key in table if not NAME.fullmatch(key)]
+    bad = [key for key in table if not ENV_NAME.fullmatch(key)]
     return f"{', '.join(repr(key) for key in bad)} is not an environment variable name" if bad else None
 
 
@@ -230,9 +234,9 @@ CONFIG_SCHEMA: Dict[str, Any] = {
         "base_port": Field(int, minimum=1024, maximum=65000),
     },
     "nccl": {
-        "socket_ifname": Field(str, check=lambda v: _env_value_problem(v),
+        "socket_ifname": Field(str, check=env_value_problem,
                                doc="NCCL_SOCKET_IFNAME's value, e.g. =ib0 or ^lo,docker; empty: derived"),
-        "env": Field(dict, values=Field(str, check=lambda v: _env_value_problem(v), doc="one line, no NUL"),
+        "env": Field(dict, values=Field(str, check=env_value_problem, doc="one line, no NUL"),
                      check=_env_names_problem, doc="environment variable names such as NCCL_IB_TIMEOUT"),
     },
     "slurm": {
@@ -339,7 +343,9 @@ def cross_checks(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem]
 
 def _check_id_problems(doc: Dict[str, Any], defaults: Dict[str, Any]) -> List[Problem]:
     """Unknown check ids in [actions] and [tiers], unknown names in [thresholds]."""
-    from ..checks import CHECKS, FINDING_IDS
+    # Only when a document is validated: a hook loads the compiled config, and the TaskProlog
+    # (before every task) never needs the check list.
+    from ..checklist import CHECKS, FINDING_IDS
 
     def known(check_id: str, ids) -> bool:
         return check_id in ids

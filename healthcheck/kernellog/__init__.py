@@ -1,12 +1,11 @@
-"""The kernel log: Xid, SXid and fallen-off-the-bus events, read incrementally and flood-proof.
+"""The kernel-log readers: Xid, SXid and fallen-off-the-bus events, read incrementally and flood-proof.
 
 One module per concern: ``parser`` (a line -> an event), ``timestamps`` (line prefixes),
-``pci`` (addresses -> GPU index/UUID), ``catalog`` (NVIDIA's catalog -> our action),
 ``scanner`` (finding candidate lines at grep speed), ``readers`` (choosing the source;
 the readers ``kmsg``, ``journal`` and ``logfiles``),
-``cursor`` (state between runs), ``flood`` (repeats and escalation), ``event_findings`` (events ->
-Findings) and ``api`` (what the health check, the epilog and the CLI call). See
-docs/kernel-log.md.
+``cursor`` (state between runs), ``flood`` (repeats and escalation) and ``api`` (what the health
+check, the epilog and the CLI call). What an event means (the catalog, our Xid actions, events ->
+findings) is in ``healthcheck/xid/``. See docs/kernel-log.md.
 
 Names below load on first use, so importing one submodule does not import them all.
 """
@@ -17,8 +16,7 @@ from typing import Any
 
 _EXPORTS = {
     "read_new_events": "api", "events_between": "api", "scan_events": "api", "KernelLogRead": "api",
-    "XidSettings": "api", "KernelLogError": "readers", "XidEvent": "events", "xid_findings": "event_findings",
-    "XidCatalog": "catalog", "parse_line": "parser",
+    "XidSettings": "api", "KernelLogError": "readers", "parse_line": "parser",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,14 +18,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
 
+from ..config import builtin_defaults
 from . import readers
-from .catalog import XidCatalog
+from ..xid.catalog import XidCatalog
 from .cursor import StateStore
-from .events import XidEvent
+from ..xid.events import XidEvent
 from .flood import CLOCK_SLACK_S, EscalationRule, FloodTracker, group_key
 from .parser import (NEEDLES, Companion, LostIntro, LostTail, lost_gpu_event, message_start, parse_line_split,
                      prefix_is_kernel, record_stamp, whole_driver_line)
-from .pci import GpuMap
+from ..xid.pci import GpuMap
 from .scanner import LineScanner, ScanStats
 from .readers import KernelLogError
 from .timestamps import PrefixClock, boot_time
@@ -49,8 +50,6 @@ class XidSettings:
     def from_config(cls, config: Any = None) -> "XidSettings":
         """From a ``healthcheck.config.Config`` (already validated), or the built-in defaults."""
         if config is None:
-            from ..config import builtin_defaults
-
             section = builtin_defaults().get("xid", {})
         else:
             section = config.section("xid")

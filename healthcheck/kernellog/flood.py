@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..safeio.jsontypes import field_problem, is_int, is_number, is_str, optional
-from .catalog import override_key
-from .events import KINDS, XidEvent, stronger
+from ..xid.catalog import override_key
+from ..xid.events import KINDS, XidEvent, stronger
 
 MAX_GROUPS = 10000          # new distinct events per read (and events kept between runs): bounds memory
 DEFAULT_BURST_S = 60.0

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from .events import FALLEN_OFF_BUS_CODE, XidEvent
+from ..xid.events import FALLEN_OFF_BUS_CODE, XidEvent
 from .timestamps import PrefixClock
 
 # The scanner looks for these with bytes.find before any regex runs; every line form above

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 from typing import Dict, Iterable, Optional, Tuple
 
-from ..facts import IB_COUNTERS, IbFacts, IbPortFacts
+from ..facts import IB_COUNTERS, IbFacts, IbPortFacts, parse_numbered, parse_rate
 
-_NUMBERED = re.compile(r"\s*(\d{1,9})\s*:\s*(.*)")     # 9 digits: more is no sysfs state
-_RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 
 
 def probe_ib(sysfs_root: str, counters: Iterable[str] = IB_COUNTERS) -> IbFacts:
@@ -68,20 +65,6 @@ def read_port(port_dir: str, hca: str, number: int, counters: Tuple[str, ...],
     if port.link_layer == "Ethernet":
         port.gid_types = _read_gid_types(os.path.join(port_dir, "gid_attrs", "types"))
     return port
-
-
-def parse_numbered(text: str) -> Tuple[Optional[int], str]:
-    """``4: ACTIVE`` -> (4, "ACTIVE"); anything else keeps its text."""
-    match = _NUMBERED.fullmatch(text.strip())
-    if not match:
-        return None, text.strip()
-    return int(match.group(1)), match.group(2).strip()
-
-
-def parse_rate(text: str) -> Optional[float]:
-    """``400 Gb/sec (4X NDR)`` -> 400.0."""
-    match = _RATE.match(text)
-    return float(match.group(1)) if match else None
 
 
 def _read(path: str) -> str:

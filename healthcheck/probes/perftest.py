@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -24,7 +23,6 @@ from ..safeio import programs
 from ..facts import IbBandwidthFacts, IbBandwidthResult, IbPortFacts
 
 # Hooks and `slurm-gpu check` may run without PATH; these are where perftest packages put it.
-SEARCH_PATH = "/usr/bin:/usr/local/bin:/usr/sbin:/usr/local/sbin"
 ACTIVE = 4
 LOOPBACK = "127.0.0.1"
 
@@ -66,18 +64,6 @@ def to_gbps(value: float, unit: str) -> float:
     return value * _TO_GBPS[unit]
 
 
-def find_program(configured: str, programs_dir: Optional[str] = None) -> Optional[str]:
-    """The program's path; ``programs_dir`` (the simulator's stand-ins) is the only place looked
-    at when given."""
-    if programs_dir is not None:
-        path = os.path.join(programs_dir, os.path.basename(configured))
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    if os.sep in configured:
-        return configured if os.path.isfile(configured) and os.access(configured, os.X_OK) else None
-    search = os.pathsep.join(p for p in (os.environ.get("PATH", ""), SEARCH_PATH) if p)
-    return shutil.which(configured, path=search)
-
-
 def port_name(port: IbPortFacts) -> str:
     return f"{port.hca}:{port.port}"
 
@@ -116,7 +102,7 @@ def probe_ib_bandwidth(ports: Sequence[IbPortFacts], settings: Mapping[str, Any]
                        programs_dir: Optional[str] = None, roce_gid_index: Optional[int] = None) -> IbBandwidthFacts:
     timeout_s = float(settings["timeout_s"])
     facts = IbBandwidthFacts(timeout_s=timeout_s)
-    program = find_program(str(settings["ib_write_bw"]), programs_dir)
+    program = programs.find_program(str(settings["ib_write_bw"]), programs_dir)
     if program is None:
         facts.status = "unsupported"
         facts.message = f"{settings['ib_write_bw']} not found (perftest is not installed)"

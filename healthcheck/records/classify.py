@@ -33,7 +33,7 @@ import functools
 from ..plain import field, plain
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from ..kernellog.xid_actions import drains
+from ..xid.xid_actions import drains
 from .classes import APPLICATION_CLASSES, CLASSES, HARDWARE_CLASSES, UNKNOWN
 
 Evidence = Dict[str, Any]

@@ -19,6 +19,8 @@ KILL_WAIT_S = 0.5          # after SIGKILL to the group, how long to wait for th
 READ_CHUNK = 65536
 ARG_SHOWN = 60             # an error shows at most this much of each argument
 STDERR_KEEP = 8192         # stderr is for a one-line error; never hold more of it
+# Where a program named without a directory is looked for, after PATH (a hook's PATH is slurmd's).
+SEARCH_PATH = "/usr/bin:/usr/local/bin:/usr/sbin:/usr/local/sbin"
 
 
 class CommandError(Exception):
@@ -139,3 +141,17 @@ def _close(proc: subprocess.Popen) -> None:
                 pipe.close()
             except OSError:
                 pass
+
+
+def find_program(configured: str, programs_dir: Optional[str] = None) -> Optional[str]:
+    """The program's path; ``programs_dir`` (the simulator's stand-ins) is the only place looked
+    at when given."""
+    if programs_dir is not None:
+        path = os.path.join(programs_dir, os.path.basename(configured))
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    if os.sep in configured:
+        return configured if os.path.isfile(configured) and os.access(configured, os.X_OK) else None
+    import shutil   # only here: shutil stays off the hooks' import path (docs/performance.md)
+
+    search = os.pathsep.join(p for p in (os.environ.get("PATH", ""), SEARCH_PATH) if p)
+    return shutil.which(configured, path=search)

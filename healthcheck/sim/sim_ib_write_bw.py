@@ -8,6 +8,9 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
+from ..facts import parse_numbered, parse_rate
+from ..safeio import tomlio
+
 HEALTHY_SHARE = 0.96
 RULE = "-" * 87
 
@@ -35,9 +38,6 @@ def _positional(argv: List[str]) -> Optional[str]:
 
 
 def main(argv: List[str], live_profile: str) -> int:
-    from ..safeio import tomlio
-    from ..probes.ib_sysfs import parse_numbered, parse_rate
-
     hca, port = _option(argv, "-d", "mlx5_0"), int(_option(argv, "-i", "1") or 1)
     size, qps = int(_option(argv, "-s", "65536") or 65536), int(_option(argv, "-q", "1") or 1)
     gbits = "--report_gbits" in argv

@@ -19,16 +19,15 @@ node's HCAs), or unset when this task gets none. A value the user changed is the
 """
 from __future__ import annotations
 
-import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from ..config.keys import ENV_NAME, env_value_problem
 from ..facts import IbPortFacts
 from .topology import GpuPlace, HcaPlace, closest
 
 ACTIVE = 4
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # What this tool exported into the task: "NAME:crc32,..." (see the module's docstring).
 MARK = "SGH_NCCL_EXPORTED"
 
@@ -38,13 +37,6 @@ class Plan:
     """What the TaskProlog prints: ``export NAME=value`` lines, then ``unset NAME`` lines."""
     exports: List[Tuple[str, str]] = field(default_factory=list)
     unsets: List[str] = field(default_factory=list)
-
-
-def value_problem(value: str) -> Optional[str]:
-    """Slurm takes everything after ``=`` to the end of the line as the value."""
-    if any(ch in value for ch in "\n\r\0"):
-        return "holds a line break or NUL"
-    return None
 
 
 def task_gpus(env: Mapping[str, str]) -> Optional[List[int]]:
@@ -121,8 +113,8 @@ def wanted(gpus: Optional[Sequence[int]], ports: Sequence[IbPortFacts], gpu_plac
     for name, value in sorted(dict(settings.get("env", {})).items()):
         out.append((str(name), str(value)))
     for name, value in out:
-        problem = None if NAME.fullmatch(name) else "is not a variable name"
-        problem = problem or value_problem(value)
+        problem = None if ENV_NAME.fullmatch(name) else "is not a variable name"
+        problem = problem or env_value_problem(value)
         if problem:
             raise ValueError(f"{name}: {problem}")
     return out

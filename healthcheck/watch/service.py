@@ -3,7 +3,7 @@ soon as the kernel log says a GPU broke, instead of at the next HealthCheckInter
 
 It follows the node's kernel log with the kernel-log reader (``kernellog.api.read_new_events``,
 its own reader ``<node>.watch``: the same sources, forgery rules, flood folding and read
-budget as the hooks) and judges what is new with ``kernellog.event_findings.xid_findings``, the code
+budget as the hooks) and judges what is new with ``xid.event_findings.xid_findings``, the code
 the health check judges with. When a finding asks for a drain, it starts the HealthCheckProgram itself, as slurmd does (no
 environment but ``SLURMD_NODENAME``), so the run takes the same lock, decision, drain budget
 and confirmation as slurmd's. The watcher decides nothing, never calls Slurm and never opens NVML: a resident process
@@ -181,8 +181,8 @@ class Watcher:
         """Read what is new, judge it, commit; request a run for a new drain-asking finding.
         Returns the findings that asked for a run."""
         from ..kernellog.api import read_new_events
-        from ..kernellog.event_findings import xid_findings
-        from ..kernellog.xid_actions import action_rank, strongest
+        from ..xid.event_findings import xid_findings
+        from ..xid.xid_actions import action_rank, strongest
 
         self._check_boot()
         read = read_new_events(self.kernel_log, self.state_dir, f"{self.node}.{READER}", config=self.config)

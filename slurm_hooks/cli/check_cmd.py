@@ -64,7 +64,7 @@ def check(config_path: Optional[str], node: Optional[str], sim_profile: Optional
 
     Example: slurm-gpu check --sim h100-ecc-dbe --json
     """
-    from healthcheck.checks import CHECKS
+    from healthcheck.checklist import CHECKS
     from healthcheck.runner import run_checks
     from healthcheck.sim.profile import ProfileError
 
@@ -129,8 +129,8 @@ def _judge_profile(cfg: Config, node: str, tier: str, sim_profile: str, add_expe
     """Judge a simulated node as its profile says: the profile's [hardware] is the [[nodes]]
     entry when the config describes no hardware at all, and (``add_expected``) the checks of its
     [expect] run beside the tier's."""
-    from healthcheck.checks import CHECKS
-    from healthcheck.sim import shipped
+    from healthcheck.checklist import CHECKS
+    from healthcheck.config import shipped
     from healthcheck.sim.profile import load_profile
 
     profile = load_profile(shipped.resolve(sim_profile))
@@ -154,7 +154,7 @@ def _judge_profile(cfg: Config, node: str, tier: str, sim_profile: str, add_expe
 
 @contextlib.contextmanager
 def _sources(cfg: Config, node: str, sim_profile: Optional[str]) -> Iterator:
-    from healthcheck.sim import shipped
+    from healthcheck.config import shipped
     from healthcheck.sources import node_sources, sim_sources
 
     if sim_profile is None:

@@ -15,7 +15,7 @@ from healthcheck.drain_reason import is_ours, parse_reason
 from healthcheck.slurm.backend import NodeInfo, SlurmError
 
 from .common import config_option, fail, load_config, versioned
-from .xid_cmd import terminal_safe
+from ..summary.text import terminal_safe
 
 RECOMMENDED = {
     "auto": "none: it resumes by itself once every check passes",

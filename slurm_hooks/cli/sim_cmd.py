@@ -121,7 +121,7 @@ def profiles(as_json: bool) -> None:
 
     Example: slurm-gpu sim profiles
     """
-    from healthcheck.sim import shipped
+    from healthcheck.config import shipped
     from healthcheck.sim.profile import load_profile
 
     rows = []

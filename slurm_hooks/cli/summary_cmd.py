@@ -10,7 +10,8 @@ from typing import Dict, IO, Iterable, List, Optional, Tuple
 import click
 
 from .common import JSON_VERSION, config_option, fail, load_config, versioned
-from .xid_cmd import parse_time, terminal_safe
+from ..summary.text import terminal_safe
+from .xid_cmd import parse_time
 
 EXIT_UNREADABLE = 1
 DEFAULT_SINCE = "7d"

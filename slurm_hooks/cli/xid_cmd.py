@@ -11,6 +11,7 @@ import click
 
 from healthcheck.config import node_name
 
+from ..summary.text import terminal_safe
 from .common import config_option, fail, load_config, versioned
 
 EXIT_UNREADABLE = 1
@@ -18,16 +19,6 @@ EXIT_UNREADABLE = 1
 _RELATIVE = re.compile(r"-?\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hour|hours|d|day|days)(?:\s+ago)?", re.I)
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "hours": 3600,
           "d": 86400, "day": 86400, "days": 86400}
-# C0/C1 controls and the bidirectional overrides that can make a terminal show other text.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def terminal_safe(value: object) -> str:
-    """Log text is written by whoever caused the error: escape what a terminal would obey."""
-    return _UNSAFE.sub(lambda match: f"\\x{ord(match.group()):02x}" if ord(match.group()) < 0x100
-                       else f"\\u{ord(match.group()):04x}", str(value))
-
-
 def parse_time(text: str, now: Optional[float] = None) -> float:
     """``--since``: @EPOCH, EPOCH, 2h / 30m / 1d (ago), or ISO 8601 (local time unless it says)."""
     now = time.time() if now is None else now
@@ -157,8 +148,8 @@ def explain(config_path: Optional[str], code: str, as_json: bool) -> None:
     Example: slurm-gpu xid explain 48
     """
     from healthcheck.kernellog.api import XidSettings
-    from healthcheck.kernellog.catalog import XidCatalog, override_key
-    from healthcheck.kernellog.event_findings import ACTION_TEXT
+    from healthcheck.xid.catalog import XidCatalog, override_key
+    from healthcheck.xid.event_findings import ACTION_TEXT
 
     match = _CODE.fullmatch(code.strip())
     if not match:
@@ -194,7 +185,7 @@ def _mapped(table) -> Dict[str, Dict[str, str]]:
 
 def _explain_doc(catalog, is_sxid: bool, code: int, override: Optional[str], rule) -> Dict[str, Any]:
     """``xid explain --json``: the same facts as the text, as data."""
-    from healthcheck.kernellog.event_findings import ACTION_TEXT
+    from healthcheck.xid.event_findings import ACTION_TEXT
 
     doc: Dict[str, Any] = {"kind": "sxid" if is_sxid else "xid", "code": code}
     if is_sxid:
@@ -217,7 +208,7 @@ def _explain_doc(catalog, is_sxid: bool, code: int, override: Optional[str], rul
 
 
 def _explain_xid(catalog, code: int) -> List[str]:
-    from healthcheck.kernellog.event_findings import ACTION_TEXT
+    from healthcheck.xid.event_findings import ACTION_TEXT
 
     entry = catalog.entry(code)
     action, why = catalog.catalog_action(code)

@@ -70,7 +70,7 @@ def db_password(lab: LabPaths) -> str:
 
 def copy_sim_profiles(lab: LabPaths) -> None:
     """Copy the shipped simulator profiles (package data) into the lab's etc/sim."""
-    from healthcheck.sim import shipped
+    from healthcheck.config import shipped
 
     source = shipped.shipped_dir()
     profiles = sorted(glob.glob(os.path.join(source, "*.toml")))

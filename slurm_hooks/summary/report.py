@@ -40,8 +40,8 @@ def over_time(tally: Tally) -> Dict[str, Any]:
 
 
 def xid_rows(tally: Tally) -> List[Dict[str, Any]]:
-    from healthcheck.kernellog.catalog import XidCatalog
-    from healthcheck.kernellog.event_findings import ACTION_TEXT
+    from healthcheck.xid.catalog import XidCatalog
+    from healthcheck.xid.event_findings import ACTION_TEXT
 
     catalog = XidCatalog()
     rows = []

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Any, Dict, Iterable, List, Sequence, TextIO
-
-from slurm_hooks.cli.xid_cmd import terminal_safe
 
 from .rows import I_ACCOUNT, I_END, I_EXIT, I_JOBID, I_NODELIST, I_PARTITION, I_START, I_STATE, I_USER
 from .tally import JobView
 from .accounting import INDEX, job_name
 
 TOP_NODES = 15
+
+# C0/C1 controls and the bidirectional overrides that can make a terminal show other text.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(value: object) -> str:
+    """Log text is written by whoever caused the error: escape what a terminal would obey."""
+    return _UNSAFE.sub(lambda match: f"\\x{ord(match.group()):02x}" if ord(match.group()) < 0x100
+                       else f"\\u{ord(match.group()):04x}", str(value))
 
 
 def _pct(value: float) -> str:
