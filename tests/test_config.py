@@ -230,7 +230,7 @@ def test_nvml_events_is_an_accepted_no_op_with_one_line(tmp_path):
 
 def test_inspect_after_reboots_is_now_the_one_reboot_limit(tmp_path):
     from healthcheck.health.policy import HealthPolicy
-    from healthcheck.remediate.plan import RemediatePolicy
+    from healthcheck.config.settings import RemediatePolicy
 
     path = write(tmp_path, "[health]\ninspect_after_reboots = 3\n")
     cfg = Config.load(path)
@@ -244,7 +244,7 @@ def test_inspect_after_reboots_is_now_the_one_reboot_limit(tmp_path):
 
 def test_inspect_after_reboots_xid_is_now_the_one_reboot_limit_per_xid(tmp_path):
     from healthcheck.health.policy import HealthPolicy
-    from healthcheck.remediate.plan import RemediatePolicy
+    from healthcheck.config.settings import RemediatePolicy
 
     path = write(tmp_path, '[health]\ninspect_after_reboots_xid = { "79" = 1 }\n')
     cfg = Config.load(path)

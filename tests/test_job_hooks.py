@@ -346,7 +346,7 @@ def test_a_job_of_root_is_not_read(node, oom_job):
 # (healthcheck.sources.LazyModule), while the hook's own process loads the rest of its code.
 # ctypes: only the probes' children (the fabric structures, PR_SET_PDEATHSIG).
 _ANY_PATH_NEVER = {"argparse", "click", "jinja2", "dataclasses", "inspect", "importlib.resources",
-                   "healthcheck.remediate.ledger", "pynvml", "healthcheck.sim.sim_pynvml", "ctypes"}
+                   "healthcheck.actions.ledger", "pynvml", "healthcheck.sim.sim_pynvml", "ctypes"}
 _HEALTHY_PATH_NEVER = {
     "prolog": {"healthcheck.kernellog.scanner", "healthcheck.kernellog.parser", "healthcheck.xid.catalog",
                "healthcheck.xid.events", "healthcheck.actions.decision", "healthcheck.records.classify",

@@ -10,12 +10,15 @@ from healthcheck.plain import replace
 
 import pytest
 
-from healthcheck.remediate import ledger as ledgers
-from healthcheck.remediate.plan import (RULES, RemediatePolicy, Situation, next_step, rebooting, signature,
-                                        within)
+from healthcheck.actions import ledger as ledgers
+from healthcheck.actions.ledger import signature
+from healthcheck.config.settings import RemediatePolicy
+from healthcheck.remediate.plan import RULES, Situation, next_step, rebooting, within
 from healthcheck.slurm.backend import NodeInfo
 
-ON = RemediatePolicy(enabled=True, max_reboots=2, window_s=3600, max_rebooting_nodes=1, gpu_reset=False)
+ON = RemediatePolicy(enabled=True, max_reboots=2, max_reboots_by_xid={}, window_s=3600, max_rebooting_nodes=1,
+                     gpu_reset=False, gpu_reset_command=("nvidia-smi", "--gpu-reset", "-i", "{gpu}"),
+                     gpu_reset_timeout_s=20.0)
 # Idle, drained by us for a cause a reboot clears, nothing spent: the row that reboots.
 READY = Situation(ours=True, resume_mode="after_reboot", flags=("IDLE", "DRAIN"), idle=True, gpu_scoped=True)
 
@@ -97,7 +100,7 @@ def test_the_ledger_survives_a_new_process_and_counts_per_signature(tmp_path):
         ledger.note_drain(sig, "gpu.lost gpu3", at=10.0)
         ledger.note_reboot(sig, "gpu.lost gpu3", boot_id="boot-1", at=20.0)
     # A reboot is a new process: read it back from the file alone.
-    code = ("import sys; from healthcheck.remediate import ledger as l; "
+    code = ("import sys; from healthcheck.actions import ledger as l; "
             "g = l.load(sys.argv[1], 'gpu1'); e = g.entries[sys.argv[2]]; "
             "import json; print(json.dumps([len(e.reboots), g.asked_in('boot-1'), g.asked_in('boot-2'), "
             "e.episodes[0].reboots]))")

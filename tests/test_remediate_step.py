@@ -12,8 +12,8 @@ import pytest
 from healthcheck.actions import budget
 from healthcheck.config import Config
 from healthcheck.health.run import run_health
-from healthcheck.remediate import ledger as ledgers
-from healthcheck.remediate.plan import signature_of
+from healthcheck.actions import ledger as ledgers
+from healthcheck.actions.ledger import signature_of
 from healthcheck.remediate.step import situation_of
 from healthcheck.sim.node import SimNode
 from healthcheck.slurm.backend import reboot_argv
@@ -179,7 +179,7 @@ def test_the_summary_reports_per_cause_how_remediation_went(tmp_path):
 
 def drained_row(cluster, name):
     """What `slurm-gpu drained --json` shows for the node."""
-    from healthcheck.remediate.plan import RemediatePolicy
+    from healthcheck.config.settings import RemediatePolicy
     from slurm_hooks.cli.drained_cmd import row
 
     return row(cluster.slurm.node(name), "gpu-hooks:", cluster.state_dir, RemediatePolicy.from_config(cluster.config))
@@ -276,7 +276,8 @@ def test_a_reset_that_did_not_clear_the_fault_is_followed_by_a_reboot(tmp_path):
 
 def test_the_gpus_a_run_saw_a_process_on_are_busy_for_the_decision():
     from healthcheck.actions.state import Drained
-    from healthcheck.remediate.plan import RemediatePolicy
+    from healthcheck.config import Config
+    from healthcheck.config.settings import RemediatePolicy
     from healthcheck.drain_reason import parse_reason
     from healthcheck.slurm.backend import NodeInfo
 
@@ -285,7 +286,8 @@ def test_the_gpus_a_run_saw_a_process_on_are_busy_for_the_decision():
     info = NodeInfo(name="gpu1", state="IDLE+DRAIN", reason=reason)
     ours = parse_reason(reason, "gpu-hooks:")
     for busy, expected in (((2, 5), True), ((5,), False), ((), False)):
-        situation = situation_of(record, info, ours, ledgers.Ledger(), "s", "b", 2.0, RemediatePolicy(), busy)
+        situation = situation_of(record, info, ours, ledgers.Ledger(), "s", "b", 2.0,
+                                 RemediatePolicy.from_config(Config.from_document({}, None)), busy)
         assert situation.gpu_busy is expected and situation.gpu_scoped
 
 

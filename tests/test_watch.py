@@ -13,6 +13,7 @@ import time
 import pytest
 
 from healthcheck.config import Config
+from healthcheck.config.settings import WatchSettings
 from healthcheck.kernellog.scanner import CHUNK
 from healthcheck.watch import service
 from healthcheck.watch.trigger import AfterBoot, DutyCycle, Seen, Trigger, wants_check
@@ -117,7 +118,7 @@ class Node:
 
     def watcher(self, **settings) -> service.Watcher:
         config = self.config()
-        values = service.WatchSettings.from_config(config)
+        values = WatchSettings.from_config(config)
         for key, value in settings.items():
             setattr(values, key, value)
         env = service.child_environment("gpu7", str(self.config_path), {"PATH": "/usr/bin", "HOME": "/root"})

@@ -32,10 +32,11 @@ import time
 from ..plain import field, plain, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ..config.settings import RemediatePolicy
 from ..findings import Finding
 from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, resume_argv
 from ..hooklib.watchdog import note
-from . import budget, state as node_state
+from . import budget, ledger as ledgers, state as node_state
 from .cause import causes_of
 from .decision import Decision, Policy, decide
 
@@ -271,18 +272,15 @@ class Session:
         # fault) starts its own episode: its reboots and its back-in-service time are counted there.
         if before is not None and after is not None and before.cause == after.cause:
             return
-        from ..remediate import ledger as ledgers
-        from ..remediate.plan import RemediatePolicy, signature_of
-
         try:
             with ledgers.changing(self.state_dir, self.node) as ledger:
                 if after is not None:
-                    ledger.note_drain(signature_of(after), after.cause, now,
+                    ledger.note_drain(ledgers.signature_of(after), after.cause, now,
                                       reopen_within_s=RemediatePolicy.from_config(self.config).window_s)
                 else:
                     ledger.note_resumed(now)
                     if outcome.request.intent == "resume" and outcome.applied.done:
-                        ledger.forget(signature_of(before))     # an admin looked: the count starts again
+                        ledger.forget(ledgers.signature_of(before))     # an admin looked: the count starts again
         except (OSError, ValueError) as exc:
             outcome.notes.append(f"remediation ledger not saved: {getattr(exc, 'strerror', None) or exc}")
 

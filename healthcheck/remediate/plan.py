@@ -12,8 +12,10 @@ the caller passes what it read (Slurm's node, the ledger, the findings) as ``Sit
 """
 from __future__ import annotations
 
-from ..plain import field, plain
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..config.settings import RemediatePolicy
+from ..plain import plain
 
 # What remediation does next (``drained --json``'s ``next``):
 #   none          nothing for remediation to do (off, not our drain, not a reboot-type drain)
@@ -34,31 +36,6 @@ SLURM_OWNS_FLAGS = ("DOWN", "NOT_RESPONDING", "REBOOT_ISSUED", "POWERING_DOWN", 
                     "FAIL", "MAINTENANCE")
 # A reboot Slurm was asked for and has not done yet (ASAP: it waits for the jobs to end).
 REBOOT_PENDING_FLAGS = ("REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT")
-
-
-@plain(frozen=True)
-class RemediatePolicy:
-    enabled: bool = False
-    max_reboots: int = 2                # the one "N reboots, then a person" rule (per Xid: max_reboots_by_xid)
-    max_reboots_by_xid: Mapping[str, int] = field(default_factory=dict)
-    window_s: float = 604800.0
-    max_rebooting_nodes: int = 2
-    gpu_reset: bool = False
-    gpu_reset_command: Tuple[str, ...] = ("nvidia-smi", "--gpu-reset", "-i", "{gpu}")
-    gpu_reset_timeout_s: float = 20.0
-
-    def reboots_allowed(self, xid: str = "") -> int:
-        return int(self.max_reboots_by_xid.get(xid, self.max_reboots)) if xid else self.max_reboots
-
-    @classmethod
-    def from_config(cls, config: Any) -> "RemediatePolicy":
-        section: Dict[str, Any] = config.section("remediate")
-        return cls(enabled=bool(section["enabled"]), max_reboots=int(section["max_reboots"]),
-                   max_reboots_by_xid={str(k): int(v) for k, v in section.get("max_reboots_xid", {}).items()},
-                   window_s=float(section["window_s"]), max_rebooting_nodes=int(section["max_rebooting_nodes"]),
-                   gpu_reset=bool(section["gpu_reset"]),
-                   gpu_reset_command=tuple(str(arg) for arg in section["gpu_reset_command"]),
-                   gpu_reset_timeout_s=float(section["gpu_reset_timeout_s"]))
 
 
 @plain(frozen=True)
@@ -119,23 +96,6 @@ def next_step(situation: Situation, policy: RemediatePolicy) -> Step:
         if test(situation, policy):
             return Step(kind, rule, why)
     raise AssertionError("the last rule always holds")
-
-
-def signature(cause: str, gpu_uuid: Optional[str]) -> str:
-    """A fault's identity across reboots: its cause (check, subject, Xid) with the GPU named by
-    UUID (an index moves when a GPU drops out; the UUID follows the part)."""
-    return f"{cause} {gpu_uuid}" if gpu_uuid else cause
-
-
-def signature_of(record) -> str:
-    """The fault signature of a drain record: its cause and the GPU's UUID from its evidence."""
-    subject = record.cause.split(" ")[1] if " " in record.cause else ""
-    uuid = None
-    for finding in record.evidence or ():
-        if isinstance(finding, dict) and finding.get("uuid") and f"gpu{finding.get('gpu')}" == subject:
-            uuid = str(finding["uuid"])
-            break
-    return signature(record.cause, uuid)
 
 
 def within(times: Sequence[float], now: float, window_s: float) -> List[float]:

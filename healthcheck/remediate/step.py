@@ -11,13 +11,14 @@ from typing import List, Optional, Sequence
 from ..actions import budget
 from ..actions.decision import Decision
 from ..actions.gate import SLURM_UNREACHABLE, Outcome, Request, Session, apply
+from ..actions import ledger as ledgers
 from ..actions.gpu_reset import reset_argv, reset_target, resolved
+from ..config.settings import RemediatePolicy
 from ..drain_reason import format_reason, parse_reason
 from ..plain import replace
 from ..slurm.backend import NodeInfo, SlurmError, drain_argv, reboot_argv
-from . import ledger as ledgers
-from .plan import (CLAIM_KEY, CLAIM_VALUE, INSPECT_KEY, RemediatePolicy, Situation, Step, inspect_reason, next_step,
-                   reason_with, reboot_turn, rebooting, signature_of, within)
+from .plan import (CLAIM_KEY, CLAIM_VALUE, INSPECT_KEY, Situation, Step, inspect_reason, next_step,
+                   reason_with, reboot_turn, rebooting, within)
 
 
 def remediate(door: Session, boot_id: str, now: Optional[float] = None, programs_dir: Optional[str] = None,
@@ -46,7 +47,7 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
         door.notes.append(f"remediation: Slurm could not be asked ({exc})")
         return None
     ours = parse_reason(info.reason, door.policy.reason_prefix) if info.reason else None
-    sign = signature_of(record)
+    sign = ledgers.signature_of(record)
     situation = situation_of(record, info, ours, ledger, sign, boot_id, now, rpolicy, busy_gpus)
     step = next_step(situation, rpolicy)
     said: List[str] = []

@@ -27,6 +27,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from ..config.settings import WatchSettings
 from .trigger import AfterBoot, DutyCycle, Seen, Trigger, wants_check
 
 from . import PROG, say
@@ -35,28 +36,6 @@ RUN_TIMEOUT_S = 60.0             # slurmd's own kill of a HealthCheckProgram
 REPEAT_S = 60.0                  # the same event starts another run only after this
 ERROR_BACKOFF_MAX_S = 60.0
 BOOT_LOOK_S = 2.0                # how often the boot id is read (a small file)
-
-
-class WatchSettings:
-    """The ``[watch]`` section."""
-
-    __slots__ = ("poll_s", "min_interval_s", "max_cpu", "program", "after_boot_s")
-
-    def __init__(self, poll_s: float = 0.5, min_interval_s: float = 5.0, max_cpu: float = 0.1,
-                 program: str = "", after_boot_s: float = 600.0):
-        self.poll_s, self.min_interval_s, self.max_cpu = poll_s, min_interval_s, max_cpu
-        self.program = program
-        self.after_boot_s = after_boot_s
-
-    @classmethod
-    def from_config(cls, config: Any) -> "WatchSettings":
-        section = config.section("watch") if config is not None else {}
-        default = cls()
-        return cls(poll_s=float(section.get("poll_s", default.poll_s)),
-                   min_interval_s=float(section.get("min_interval_s", default.min_interval_s)),
-                   max_cpu=float(section.get("max_cpu", default.max_cpu)),
-                   program=str(section.get("program", default.program)),
-                   after_boot_s=float(section.get("after_boot_s", default.after_boot_s)))
 
 
 # -- knowing when the log may hold something new ----------------------------------------------------

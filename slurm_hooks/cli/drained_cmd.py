@@ -39,12 +39,12 @@ def remediation_state(node: NodeInfo, record, parsed, state_dir: str, policy) ->
     (the remediation's next step, ``healthcheck/remediate/plan.py``), from the ledger alone."""
     import time as _time
 
-    from healthcheck.remediate import ledger as ledgers
-    from healthcheck.remediate.plan import next_step, signature_of
+    from healthcheck.actions import ledger as ledgers
+    from healthcheck.remediate.plan import next_step
     from healthcheck.remediate.step import situation_of
 
     ledger = ledgers.load(state_dir, node.name)
-    situation = situation_of(record, node, parsed, ledger, signature_of(record), "", _time.time(), policy)
+    situation = situation_of(record, node, parsed, ledger, ledgers.signature_of(record), "", _time.time(), policy)
     return {"reboots": situation.reboots, "next": next_step(situation, policy).kind}
 
 
@@ -90,7 +90,7 @@ def drained(config_path: Optional[str], show_all: bool, as_json: bool) -> None:
         nodes = _backend(config).sinfo_nodes()
     except SlurmError as exc:
         fail(str(exc), code=1)
-    from healthcheck.remediate.plan import RemediatePolicy
+    from healthcheck.config.settings import RemediatePolicy
 
     remediate = RemediatePolicy.from_config(config)
     rows = [row(node, prefix, config.state_dir, remediate) for node in nodes

@@ -1,5 +1,5 @@
 """Time back in service, per cause, from the remediation ledgers (``[remediate]``,
-``healthcheck/remediate/ledger.py``): how many of our drains ended back in service by
+``healthcheck/actions/ledger.py``): how many of our drains ended back in service by
 themselves, how many were drained for inspection, the reboots spent, and the median time from
 the drain to back in service. Pure aggregation (``rows``) plus the one reader of the ledgers
 under a state dir (``load_ledgers``): the ledgers are each node's, so the summary sees the nodes
@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 def load_ledgers(state_dir: str) -> List[Tuple[str, Any]]:
     """(node, Ledger) of every ledger under ``<state_dir>/remediate/``."""
-    from healthcheck.remediate import ledger as ledgers
+    from healthcheck.actions import ledger as ledgers
 
     found = []
     for path in sorted(glob.glob(os.path.join(ledgers.ledger_dir(state_dir), "*.json"))):

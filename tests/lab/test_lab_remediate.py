@@ -16,7 +16,7 @@ from typing import Optional
 import pytest
 
 from healthcheck.config import Config
-from healthcheck.remediate import ledger as ledgers
+from healthcheck.actions import ledger as ledgers
 from healthcheck.sim.node import SimNode
 from healthcheck.slurm.cli_backend import CliBackend
 from slurm_hooks.lab import watchers

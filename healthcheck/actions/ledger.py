@@ -2,7 +2,7 @@
 across reboots (``<state_dir>/remediate/<node>.json``, written atomically and fsync'd, read and
 changed under ``<state_dir>/remediate/.<node>.lock``).
 
-Per signature (``plan.signature``: cause + GPU UUID): the times reboots were asked, the GPU
+Per signature (``signature``: cause + GPU UUID): the times reboots were asked, the GPU
 resets tried (with the boot they were tried in), the drain, reboot and back-in-service times of
 each episode (``slurm-gpu summary``'s time back in service), and whether remediation gave up
 (inspection). ``asked`` is the one request in flight: what was asked, in which boot, when.
@@ -208,3 +208,20 @@ def changing(state_dir: str, node: str) -> Iterator[Ledger]:
         ledger = load(state_dir, node)
         yield ledger
         save(state_dir, node, ledger)
+
+
+def signature(cause: str, gpu_uuid: Optional[str]) -> str:
+    """A fault's identity across reboots: its cause (check, subject, Xid) with the GPU named by
+    UUID (an index moves when a GPU drops out; the UUID follows the part)."""
+    return f"{cause} {gpu_uuid}" if gpu_uuid else cause
+
+
+def signature_of(record) -> str:
+    """The fault signature of a drain record: its cause and the GPU's UUID from its evidence."""
+    subject = record.cause.split(" ")[1] if " " in record.cause else ""
+    uuid = None
+    for finding in record.evidence or ():
+        if isinstance(finding, dict) and finding.get("uuid") and f"gpu{finding.get('gpu')}" == subject:
+            uuid = str(finding["uuid"])
+            break
+    return signature(record.cause, uuid)
