@@ -36,7 +36,7 @@ from ..config.settings import RemediatePolicy
 from ..findings import Finding
 from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, resume_argv
 from ..hooklib.watchdog import note
-from . import budget, ledger as ledgers, state as node_state
+from . import budget, state as node_state
 from .cause import causes_of
 from .decision import Decision, Policy, decide
 
@@ -272,6 +272,8 @@ class Session:
         # fault) starts its own episode: its reboots and its back-in-service time are counted there.
         if before is not None and after is not None and before.cause == after.cause:
             return
+        from . import ledger as ledgers     # only on a drain's start or end: a quiet run loads none of it
+
         try:
             with ledgers.changing(self.state_dir, self.node) as ledger:
                 if after is not None:
