@@ -126,7 +126,7 @@ def _run(config, node: str, dry_run: bool):
     from .health.run import POST_DECISION_STEPS, run_health
     from .slurm import backend_from_config
 
-    policy = HealthPolicy.from_config(config)
+    policy = config.typed(HealthPolicy)
     result = run_health(config, node, backend_from_config(config), sources, dry_run=dry_run, probes=probes)
     for finding in result.report.findings:
         if finding.status == "error" and finding.action != "drain":

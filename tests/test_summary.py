@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 from healthcheck.records import admin_comment
-from tests.conftest import run_cli
+from tests.conftest import builtin_settings, run_cli
 from slurm_hooks.summary import accounting, drains
 from slurm_hooks.summary.accounting import SACCT_FIELDS, SACCT_FORMAT, AccountingError, read_rows
 from slurm_hooks.summary.verdict import SOURCE_ACCOUNTING, SOURCE_HOOKS, UNFINISHED, classify, quick_cause
@@ -310,7 +310,7 @@ def _nodes(**spec):
 
 def test_a_node_far_above_the_fleet_rate_is_flagged_and_ranked_first():
     nodes = _nodes(**{f"n{i:02d}": (100.0, 1) for i in range(40)}, lemon=(100.0, 8))
-    ranked = rank_nodes(nodes, OffenderRules())
+    ranked = rank_nodes(nodes, builtin_settings(OffenderRules))
     assert ranked[0]["node"] == "lemon" and ranked[0]["flagged"]
     assert "8 hardware-caused endings" in ranked[0]["why"]
     assert not any(n["flagged"] for n in ranked[1:])
@@ -318,12 +318,12 @@ def test_a_node_far_above_the_fleet_rate_is_flagged_and_ranked_first():
 
 def test_a_busy_node_is_not_flagged_for_being_busy():
     nodes = _nodes(**{f"n{i:02d}": (100.0, 1) for i in range(40)}, busy=(1000.0, 10))
-    assert not any(n["flagged"] for n in rank_nodes(nodes, OffenderRules()))
+    assert not any(n["flagged"] for n in rank_nodes(nodes, builtin_settings(OffenderRules)))
 
 
 def test_one_unlucky_ending_is_not_a_pattern():
     nodes = _nodes(**{f"n{i:02d}": (100.0, 0) for i in range(40)}, once=(1.0, 1))
-    assert not any(n["flagged"] for n in rank_nodes(nodes, OffenderRules()))
+    assert not any(n["flagged"] for n in rank_nodes(nodes, builtin_settings(OffenderRules)))
 
 
 def test_offender_thresholds_come_from_config(tmp_path):

@@ -52,3 +52,186 @@ class WatchSettings:
         return cls(poll_s=float(section["poll_s"]), min_interval_s=float(section["min_interval_s"]),
                    max_cpu=float(section["max_cpu"]), program=str(section["program"]),
                    after_boot_s=float(section["after_boot_s"]))
+
+
+@plain(frozen=True)
+class DrainSettings:
+    """``[drain]``."""
+
+    enabled: bool                       # the master switch: False, and nothing is changed
+    reason_prefix: str
+    max_reason_len: int
+
+    @classmethod
+    def from_config(cls, config: Any) -> "DrainSettings":
+        section = config.section("drain")
+        return cls(enabled=bool(section["enabled"]), reason_prefix=str(section["reason_prefix"]),
+                   max_reason_len=int(section["max_reason_len"]))
+
+
+@plain(frozen=True)
+class Budget:
+    """The drain budget, ``[health] budget_*`` (a circuit breaker, ``actions/budget.py``)."""
+
+    enabled: bool
+    max_nodes: int
+    max_fraction: float
+    window_s: float
+
+    @classmethod
+    def from_config(cls, config: Any) -> "Budget":
+        return config.typed(HealthSettings).budget
+
+
+@plain(frozen=True)
+class HealthSettings:
+    """``[health]`` (slurm-gpu-healthcheck; its drain budget and resume modes serve the hooks too)."""
+
+    deadline_s: float
+    confirm_runs: int
+    confirm_by_check: Mapping[str, int]
+    boot_grace_runs: int
+    resume_default: str                 # auto | after_reboot | never
+    resume_by_check: Mapping[str, str]
+    resume_by_xid_action: Mapping[str, str]
+    drain_on_probe_timeout: bool
+    budget: Budget
+    textfile_dir: str                   # as the file gives it (relative: to the config file)
+    syslog: bool
+
+    @classmethod
+    def from_config(cls, config: Any) -> "HealthSettings":
+        section = config.section("health")
+        return cls(deadline_s=float(section["deadline_s"]), confirm_runs=int(section["confirm_runs"]),
+                   confirm_by_check={str(k): int(v) for k, v in section.get("confirm", {}).items()},
+                   boot_grace_runs=int(section["boot_grace_runs"]), resume_default=str(section["resume_default"]),
+                   resume_by_check=dict(section.get("resume", {})),
+                   resume_by_xid_action=dict(section.get("resume_xid_action", {})),
+                   drain_on_probe_timeout=bool(section["drain_on_probe_timeout"]),
+                   budget=Budget(enabled=bool(section["budget_enabled"]), max_nodes=int(section["budget_max_nodes"]),
+                                 max_fraction=float(section["budget_max_fraction"]),
+                                 window_s=float(section["budget_window_s"])),
+                   textfile_dir=str(section["textfile_dir"]), syslog=bool(section["syslog"]))
+
+
+@plain(frozen=True)
+class RecordsSettings:
+    """``[records]``: how a job's ending is recorded and delivered to accounting."""
+
+    accounting: bool
+    node_entries: str                   # evidence | always
+    delivery: str                       # background | inline
+    late_evidence_window_s: float
+    write_attempts: int
+    verify_delay_s: float
+    verify_jitter_s: float
+    deliver_max_jobs: int
+    outbox_backoff_max_s: float
+    outbox_expire_s: float
+    gpu_oom_from_job_output: bool
+    job_output_tail_kib: int
+    job_output_timeout_s: float
+    epilog_deadline_s: float
+    expedite_on_hardware: bool
+
+    @classmethod
+    def from_config(cls, config: Any) -> "RecordsSettings":
+        s = config.section("records")
+        return cls(accounting=bool(s["accounting"]), node_entries=str(s["node_entries"]),
+                   delivery=str(s["delivery"]), late_evidence_window_s=float(s["late_evidence_window_s"]),
+                   write_attempts=int(s["write_attempts"]), verify_delay_s=float(s["verify_delay_s"]),
+                   verify_jitter_s=float(s["verify_jitter_s"]), deliver_max_jobs=int(s["deliver_max_jobs"]),
+                   outbox_backoff_max_s=float(s["outbox_backoff_max_s"]), outbox_expire_s=float(s["outbox_expire_s"]),
+                   gpu_oom_from_job_output=bool(s["gpu_oom_from_job_output"]),
+                   job_output_tail_kib=int(s["job_output_tail_kib"]),
+                   job_output_timeout_s=float(s["job_output_timeout_s"]),
+                   epilog_deadline_s=float(s["epilog_deadline_s"]), expedite_on_hardware=bool(s["expedite_on_hardware"]))
+
+
+@plain(frozen=True)
+class Retention:
+    """``[retention]`` (days; 0 keeps forever): the state dir's pruning, ``health/retention.py``."""
+
+    job_records_days: float
+    evidence_days: float
+    journal_days: float
+    every_s: float
+
+    @classmethod
+    def from_config(cls, config: Any) -> "Retention":
+        section = config.section("retention")
+        return cls(job_records_days=float(section["job_records_days"]), evidence_days=float(section["evidence_days"]),
+                   journal_days=float(section["journal_days"]), every_s=float(section["every_s"]))
+
+
+@plain(frozen=True)
+class PrologSettings:
+    """``[prolog]``."""
+
+    on_tool_error: str                  # pass | fail
+    gpu_devices: str
+    deadline_s: float
+
+    @classmethod
+    def from_config(cls, config: Any) -> "PrologSettings":
+        section = config.section("prolog")
+        return cls(on_tool_error=str(section["on_tool_error"]), gpu_devices=str(section["gpu_devices"]),
+                   deadline_s=float(section["deadline_s"]))
+
+
+@plain(frozen=True)
+class SlurmSettings:
+    """``[slurm]``: where Slurm's commands are and how long one may take."""
+
+    bin_dir: str
+    conf: str
+    timeout_s: float
+
+    @classmethod
+    def from_config(cls, config: Any) -> "SlurmSettings":
+        section = config.section("slurm")
+        return cls(bin_dir=str(section["bin_dir"]), conf=str(section["conf"]), timeout_s=float(section["timeout_s"]))
+
+
+@plain(frozen=True)
+class OffenderRules:
+    """``[summary] offender_*``: when ``slurm-gpu summary`` flags a node as a repeat offender."""
+
+    min_events: int
+    ratio: float
+    max_p: float
+
+    @classmethod
+    def from_config(cls, config: Any) -> "OffenderRules":
+        return config.typed(SummarySettings).offenders
+
+
+@plain(frozen=True)
+class SummarySettings:
+    """``[summary]`` (slurm-gpu summary)."""
+
+    offenders: OffenderRules
+    sacct_timeout_s: float
+    max_line_bytes: int
+
+    @classmethod
+    def from_config(cls, config: Any) -> "SummarySettings":
+        section = config.section("summary")
+        return cls(offenders=OffenderRules(min_events=int(section["offender_min_events"]),
+                                           ratio=float(section["offender_ratio"]),
+                                           max_p=float(section["offender_max_p"])),
+                   sacct_timeout_s=float(section["sacct_timeout_s"]), max_line_bytes=int(section["max_line_bytes"]))
+
+
+@plain(frozen=True)
+class NcclSettings:
+    """``[nccl]`` (slurm-gpu-taskprolog)."""
+
+    socket_ifname: str
+    env: Mapping[str, str]
+
+    @classmethod
+    def from_config(cls, config: Any) -> "NcclSettings":
+        section = config.section("nccl")
+        return cls(socket_ifname=str(section["socket_ifname"]),
+                   env={str(k): str(v) for k, v in section.get("env", {}).items()})
