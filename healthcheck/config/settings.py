@@ -235,3 +235,49 @@ class NcclSettings:
         section = config.section("nccl")
         return cls(socket_ifname=str(section["socket_ifname"]),
                    env={str(k): str(v) for k, v in section.get("env", {}).items()})
+
+
+# [xid.escalate] rules are the admin's own tables: a rule that leaves burst_s out gets this one.
+ESCALATION_BURST_S = 60.0
+
+
+@plain(frozen=True)
+class EscalationRule:
+    """One ``[xid.escalate]`` rule: ``count`` occurrences within ``window_s`` on one GPU take ``action``."""
+
+    count: int
+    window_s: float
+    action: str
+    burst_s: float                      # lines this close together are one occurrence
+
+    @classmethod
+    def from_config(cls, table: Mapping[str, Any]) -> "EscalationRule":
+        return cls(int(table["count"]), float(table["window_s"]), str(table["action"]),
+                   float(table.get("burst_s", ESCALATION_BURST_S)))
+
+
+@plain(frozen=True)
+class XidSettings:
+    """``[xid]`` (the kernel-log reads)."""
+
+    flood_window_s: float
+    rescan_bytes: int
+    source_timeout_s: float
+    read_budget_bytes: int
+    read_budget_s: float
+    overrides: Mapping[str, str]                # [xid.actions]
+    escalate: Mapping[str, EscalationRule]      # [xid.escalate]
+
+    @classmethod
+    def from_config(cls, config: Any = None) -> "XidSettings":
+        """From a loaded config, or (None) the built-in defaults alone."""
+        if config is None:
+            from . import Config
+
+            config = Config.builtin()
+        section = config.section("xid")
+        return cls(flood_window_s=float(section["flood_window_s"]), rescan_bytes=int(section["rescan_bytes"]),
+                   source_timeout_s=float(section["source_timeout_s"]),
+                   read_budget_bytes=int(section["read_budget_bytes"]), read_budget_s=float(section["read_budget_s"]),
+                   overrides=dict(section.get("actions", {})),
+                   escalate={code: EscalationRule.from_config(rule) for code, rule in section.get("escalate", {}).items()})
