@@ -281,3 +281,67 @@ class XidSettings:
                    read_budget_bytes=int(section["read_budget_bytes"]), read_budget_s=float(section["read_budget_s"]),
                    overrides=dict(section.get("actions", {})),
                    escalate={code: EscalationRule.from_config(rule) for code, rule in section.get("escalate", {}).items()})
+
+
+@plain(frozen=True)
+class PathsSettings:
+    """``[paths]`` as the file gives them (``Config.resolve``: relative to the config file)."""
+
+    state_dir: str
+    kernel_log: str                     # auto | kmsg | journal | a file
+    sysfs_root: str
+    proc_root: str
+
+    @classmethod
+    def from_config(cls, config: Any) -> "PathsSettings":
+        section = config.section("paths")
+        return cls(state_dir=str(section["state_dir"]), kernel_log=str(section["kernel_log"]),
+                   sysfs_root=str(section["sysfs_root"]), proc_root=str(section["proc_root"]))
+
+
+@plain(frozen=True)
+class GpuSettings:
+    """``[gpu]``."""
+
+    backend: str                        # nvml | sim
+    probe_timeout_s: float
+
+    @classmethod
+    def from_config(cls, config: Any) -> "GpuSettings":
+        section = config.section("gpu")
+        return cls(backend=str(section["backend"]), probe_timeout_s=float(section["probe_timeout_s"]))
+
+
+@plain(frozen=True)
+class DcgmSettings:
+    """``[dcgm]`` (dcgm.diag, deep tier)."""
+
+    dcgmi: str
+    timeout_s: float
+    levels: Mapping[str, int]           # tier -> dcgmi diag level
+
+    @classmethod
+    def from_config(cls, config: Any) -> "DcgmSettings":
+        section = config.section("dcgm")
+        return cls(dcgmi=str(section["dcgmi"]), timeout_s=float(section["timeout_s"]),
+                   levels={str(k): int(v) for k, v in section.get("levels", {}).items()})
+
+
+@plain(frozen=True)
+class PerftestSettings:
+    """``[perftest]`` (ib.bandwidth, deep tier: ib_write_bw in loopback)."""
+
+    ib_write_bw: str
+    duration_s: int
+    message_bytes: int
+    qps: int
+    timeout_s: float
+    server_wait_s: float
+    base_port: int
+
+    @classmethod
+    def from_config(cls, config: Any) -> "PerftestSettings":
+        s = config.section("perftest")
+        return cls(ib_write_bw=str(s["ib_write_bw"]), duration_s=int(s["duration_s"]),
+                   message_bytes=int(s["message_bytes"]), qps=int(s["qps"]), timeout_s=float(s["timeout_s"]),
+                   server_wait_s=float(s["server_wait_s"]), base_port=int(s["base_port"]))
