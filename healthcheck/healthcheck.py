@@ -53,8 +53,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with short_process():      # before the imports: a hook is one short process
         from .hooklib.skeleton import serve
 
-        return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
+        return serve("healthcheck", argv, _body, start=_start, deadline=_deadline,
                      on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+
+
+def _deadline(config) -> float:
+    from .config.settings import HealthSettings
+
+    return config.typed(HealthSettings).deadline_s
 
 
 def _start(argv: Optional[Sequence[str]]):

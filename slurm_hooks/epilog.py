@@ -50,8 +50,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
 
         return serve("epilog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,
-                     deadline=("records", "epilog_deadline_s"), on_watchdog=_stopped_by_watchdog,
+                     deadline=_deadline, on_watchdog=_stopped_by_watchdog,
                      on_error=_tool_error)
+
+
+def _deadline(config) -> float:
+    from healthcheck.config.settings import RecordsSettings
+
+    return config.typed(RecordsSettings).epilog_deadline_s
 
 
 def _start(argv):

@@ -36,7 +36,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
 
         return serve("prolog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,
-                     deadline=("prolog", "deadline_s"), on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+                     deadline=_deadline, on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+
+
+def _deadline(config) -> float:
+    from healthcheck.config.settings import PrologSettings
+
+    return config.typed(PrologSettings).deadline_s
 
 
 def _start(argv):
