@@ -251,7 +251,7 @@ class EscalationRule:
     burst_s: float                      # lines this close together are one occurrence
 
     @classmethod
-    def from_config(cls, table: Mapping[str, Any]) -> "EscalationRule":
+    def from_table(cls, table: Mapping[str, Any]) -> "EscalationRule":
         return cls(int(table["count"]), float(table["window_s"]), str(table["action"]),
                    float(table.get("burst_s", ESCALATION_BURST_S)))
 
@@ -280,7 +280,7 @@ class XidSettings:
                    source_timeout_s=float(section["source_timeout_s"]),
                    read_budget_bytes=int(section["read_budget_bytes"]), read_budget_s=float(section["read_budget_s"]),
                    overrides=dict(section.get("actions", {})),
-                   escalate={code: EscalationRule.from_config(rule) for code, rule in section.get("escalate", {}).items()})
+                   escalate={code: EscalationRule.from_table(rule) for code, rule in section.get("escalate", {}).items()})
 
 
 @plain(frozen=True)
