@@ -7,6 +7,13 @@ from typing import Any, Mapping, Tuple
 
 from ..plain import plain
 
+_CASTS = {"bool": bool, "int": int, "float": float, "str": str}
+
+
+def _same_names(cls: Any, section: Mapping[str, Any]) -> Any:
+    """A section whose keys are ``cls``'s fields, one for one: each cast to its annotated type."""
+    return cls(**{name: _CASTS[cls.__annotations__[name]](section[name]) for name in cls.__plain__[0]})
+
 
 @plain(frozen=True)
 class RemediatePolicy:
@@ -35,7 +42,6 @@ class RemediatePolicy:
                    gpu_reset_timeout_s=float(section["gpu_reset_timeout_s"]))
 
 
-
 @plain
 class WatchSettings:
     """``[watch]`` (slurm-gpu-watch)."""
@@ -48,10 +54,7 @@ class WatchSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> "WatchSettings":
-        section = config.section("watch")
-        return cls(poll_s=float(section["poll_s"]), min_interval_s=float(section["min_interval_s"]),
-                   max_cpu=float(section["max_cpu"]), program=str(section["program"]),
-                   after_boot_s=float(section["after_boot_s"]))
+        return _same_names(cls, config.section("watch"))
 
 
 @plain(frozen=True)
@@ -64,9 +67,7 @@ class DrainSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> "DrainSettings":
-        section = config.section("drain")
-        return cls(enabled=bool(section["enabled"]), reason_prefix=str(section["reason_prefix"]),
-                   max_reason_len=int(section["max_reason_len"]))
+        return _same_names(cls, config.section("drain"))
 
 
 @plain(frozen=True)
@@ -136,16 +137,7 @@ class RecordsSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> "RecordsSettings":
-        s = config.section("records")
-        return cls(accounting=bool(s["accounting"]), node_entries=str(s["node_entries"]),
-                   delivery=str(s["delivery"]), late_evidence_window_s=float(s["late_evidence_window_s"]),
-                   write_attempts=int(s["write_attempts"]), verify_delay_s=float(s["verify_delay_s"]),
-                   verify_jitter_s=float(s["verify_jitter_s"]), deliver_max_jobs=int(s["deliver_max_jobs"]),
-                   outbox_backoff_max_s=float(s["outbox_backoff_max_s"]), outbox_expire_s=float(s["outbox_expire_s"]),
-                   gpu_oom_from_job_output=bool(s["gpu_oom_from_job_output"]),
-                   job_output_tail_kib=int(s["job_output_tail_kib"]),
-                   job_output_timeout_s=float(s["job_output_timeout_s"]),
-                   epilog_deadline_s=float(s["epilog_deadline_s"]), expedite_on_hardware=bool(s["expedite_on_hardware"]))
+        return _same_names(cls, config.section("records"))
 
 
 @plain(frozen=True)
@@ -159,9 +151,7 @@ class Retention:
 
     @classmethod
     def from_config(cls, config: Any) -> "Retention":
-        section = config.section("retention")
-        return cls(job_records_days=float(section["job_records_days"]), evidence_days=float(section["evidence_days"]),
-                   journal_days=float(section["journal_days"]), every_s=float(section["every_s"]))
+        return _same_names(cls, config.section("retention"))
 
 
 @plain(frozen=True)
@@ -174,9 +164,7 @@ class PrologSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> "PrologSettings":
-        section = config.section("prolog")
-        return cls(on_tool_error=str(section["on_tool_error"]), gpu_devices=str(section["gpu_devices"]),
-                   deadline_s=float(section["deadline_s"]))
+        return _same_names(cls, config.section("prolog"))
 
 
 @plain(frozen=True)
@@ -189,8 +177,7 @@ class SlurmSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> "SlurmSettings":
-        section = config.section("slurm")
-        return cls(bin_dir=str(section["bin_dir"]), conf=str(section["conf"]), timeout_s=float(section["timeout_s"]))
+        return _same_names(cls, config.section("slurm"))
 
 
 @plain(frozen=True)
@@ -294,9 +281,7 @@ class PathsSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> "PathsSettings":
-        section = config.section("paths")
-        return cls(state_dir=str(section["state_dir"]), kernel_log=str(section["kernel_log"]),
-                   sysfs_root=str(section["sysfs_root"]), proc_root=str(section["proc_root"]))
+        return _same_names(cls, config.section("paths"))
 
 
 @plain(frozen=True)
@@ -308,8 +293,7 @@ class GpuSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> "GpuSettings":
-        section = config.section("gpu")
-        return cls(backend=str(section["backend"]), probe_timeout_s=float(section["probe_timeout_s"]))
+        return _same_names(cls, config.section("gpu"))
 
 
 @plain(frozen=True)
@@ -341,7 +325,4 @@ class PerftestSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> "PerftestSettings":
-        s = config.section("perftest")
-        return cls(ib_write_bw=str(s["ib_write_bw"]), duration_s=int(s["duration_s"]),
-                   message_bytes=int(s["message_bytes"]), qps=int(s["qps"]), timeout_s=float(s["timeout_s"]),
-                   server_wait_s=float(s["server_wait_s"]), base_port=int(s["base_port"]))
+        return _same_names(cls, config.section("perftest"))
