@@ -15,7 +15,7 @@ import time
 from typing import Callable, List, Optional, Sequence
 
 from ..drain_reason import is_ours
-from ..config.settings import Budget  # noqa: F401  ([health] budget_*, typed)
+from ..config.settings import Budget
 from ..slurm.backend import NodeInfo
 
 # The re-read waits this long, so every concurrent act (slurmd fires every node's health check on

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
-from ..config.settings import Retention  # noqa: F401  ([retention], typed)
+from ..config.settings import Retention
 from ..plain import field, plain
 from ..safeio.fsutil import atomic_write
 
