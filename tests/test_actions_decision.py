@@ -30,8 +30,8 @@ IB = Finding(check="ib.port", status="fail", action="drain", message="mlx5_0 por
 TEMP = Finding(check="gpu.temperature", status="warn", action="warn", message="GPU 1 runs hot", gpu=1)
 OK = Finding(check="gpu.count", status="ok", action="drain", message="8 GPUs")
 
-OUR_ECC = format_reason(reason_for(ECC))
-OUR_XID = format_reason(reason_for(XID))
+OUR_ECC = format_reason(reason_for(ECC), POLICY.reason_prefix, POLICY.max_reason_len)
+OUR_XID = format_reason(reason_for(XID), POLICY.reason_prefix, POLICY.max_reason_len)
 COVERED = set()
 
 
@@ -51,8 +51,8 @@ def check(rule, decision, kind):
 def test_a_drain_finding_becomes_our_reason_with_subject_and_key():
     assert OUR_ECC.startswith("gpu-hooks: v1 gpu.ecc.uncorrectable gpu3 dbe:2; GPU 3 (0000:1b:00.0)")
     assert OUR_XID.startswith("gpu-hooks: v1 kernel.xid gpu5 xid:79; ")
-    assert format_reason(reason_for(IB)).startswith("gpu-hooks: v1 ib.port mlx5_0:1; ")
-    assert parse_reason(OUR_XID).cause == "kernel.xid gpu5 xid:79"
+    assert format_reason(reason_for(IB), POLICY.reason_prefix, POLICY.max_reason_len).startswith("gpu-hooks: v1 ib.port mlx5_0:1; ")
+    assert parse_reason(OUR_XID, POLICY.reason_prefix).cause == "kernel.xid gpu5 xid:79"
 
 
 def test_only_failing_findings_whose_action_is_drain_are_causes():

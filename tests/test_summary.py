@@ -337,7 +337,7 @@ def test_offender_thresholds_come_from_config(tmp_path):
 # -- drains ----------------------------------------------------------------------------------------------
 def test_drained_now_from_sinfo_json_reads_our_reason():
     with open(LAB_SINFO, encoding="utf-8") as handle:
-        drained = drains.drained_from_sinfo(json.load(handle))
+        drained = drains.drained_from_sinfo(json.load(handle), "gpu-hooks:")
     assert [d["node"] for d in drained] == ["gpu2"]
     assert drained[0]["ours"] and drained[0]["check"] == "kernel.xid" and drained[0]["xid"] == 79
     assert drained[0]["state"] == "IDLE+DRAIN" and drained[0]["set_by"] == "root"
@@ -356,19 +356,19 @@ RELEASES = os.path.join(os.path.dirname(__file__), "fixtures", "slurm", "release
 def test_drained_now_from_each_releases_captured_json(release, name):
     """The lab's own captures (`slurm-gpu lab capture`): gpu3 drained with a reason of ours."""
     with open(os.path.join(RELEASES, release, name), encoding="utf-8") as handle:
-        drained = drains.drained_from_sinfo(json.load(handle))
+        drained = drains.drained_from_sinfo(json.load(handle), "gpu-hooks:")
     assert [(d["node"], d["state"], d["ours"], d["check"]) for d in drained] == [("gpu3", "IDLE+DRAIN", True, "capture")]
     assert drained[0]["since"].startswith("2026-")
 
 
 def test_a_document_with_neither_nodes_nor_groups_is_refused():
     with pytest.raises(ValueError, match="no \"nodes\" or \"sinfo\" list"):
-        drains.drained_from_sinfo({"meta": {}})
+        drains.drained_from_sinfo({"meta": {}}, "gpu-hooks:")
 
 
 def test_drains_in_the_window_from_sacctmgr_events():
     with open(LAB_EVENTS, encoding="utf-8") as handle:
-        events = list(drains.drain_events(handle, "2026-11-30T14:00:00", "2026-11-30T15:00:00"))
+        events = list(drains.drain_events(handle, "2026-11-30T14:00:00", "2026-11-30T15:00:00", "gpu-hooks:"))
     assert Counter(events) == Counter({("gpu1", True): 1, ("gpu2", False): 1, ("gpu2", True): 1,
                                        ("gpu3", True): 1, ("gpu3", False): 1})
 
