@@ -51,7 +51,8 @@ def check(rule, decision, kind):
 def test_a_drain_finding_becomes_our_reason_with_subject_and_key():
     assert OUR_ECC.startswith("gpu-hooks: v1 gpu.ecc.uncorrectable gpu3 dbe:2; GPU 3 (0000:1b:00.0)")
     assert OUR_XID.startswith("gpu-hooks: v1 kernel.xid gpu5 xid:79; ")
-    assert format_reason(reason_for(IB), POLICY.reason_prefix, POLICY.max_reason_len).startswith("gpu-hooks: v1 ib.port mlx5_0:1; ")
+    text = format_reason(reason_for(IB), POLICY.reason_prefix, POLICY.max_reason_len)
+    assert text.startswith("gpu-hooks: v1 ib.port mlx5_0:1; ")
     assert parse_reason(OUR_XID, POLICY.reason_prefix).cause == "kernel.xid gpu5 xid:79"
 
 

@@ -78,7 +78,8 @@ def test_the_same_xid_twice_in_one_boot_is_not_a_reboot():
 
 
 def test_a_per_code_override_of_the_reboot_count():
-    policy = builtin_settings(HealthPolicy, confirm_by_check={"kernel.xid": 1}, max_reboots=2, max_reboots_by_xid={"79": 1})
+    policy = builtin_settings(HealthPolicy, confirm_by_check={"kernel.xid": 1}, max_reboots=2,
+                              max_reboots_by_xid={"79": 1})
     first = tally(causes_of([XID79], policy.drain), {}, {}, "A", False, policy)
     second = tally(causes_of([XID79], policy.drain), {}, first.xid_boots, "B", False, policy)
     assert second.confirmed[0].reason.check == REPEAT_CHECK

@@ -267,7 +267,8 @@ class XidSettings:
                    source_timeout_s=float(section["source_timeout_s"]),
                    read_budget_bytes=int(section["read_budget_bytes"]), read_budget_s=float(section["read_budget_s"]),
                    overrides=dict(section.get("actions", {})),
-                   escalate={code: EscalationRule.from_table(rule) for code, rule in section.get("escalate", {}).items()})
+                   escalate={code: EscalationRule.from_table(rule)
+                             for code, rule in section.get("escalate", {}).items()})
 
 
 @plain(frozen=True)
