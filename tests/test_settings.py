@@ -13,7 +13,7 @@ from healthcheck.config import Config, settings
 from healthcheck.config.settings import (DrainSettings, GpuSettings, PathsSettings, PerftestSettings, PrologSettings,
                                          RecordsSettings, Retention, SlurmSettings, WatchSettings, XidSettings)
 from healthcheck.health.policy import HealthPolicy
-from healthcheck.plain import asdict
+from healthcheck.plain import FrozenInstanceError, asdict
 from healthcheck.records.outbox import DeliverySettings
 from healthcheck.safeio import tomlio
 
@@ -73,6 +73,13 @@ def test_the_sections_with_tables_hold_the_values_of_defaults_toml():
 def test_the_types_built_from_typed_sections_have_no_config_defaults(kind, not_settings):
     _, defaults, factories, _, _ = kind.__plain__
     assert set(defaults) | set(factories) == not_settings
+
+
+@pytest.mark.parametrize("kind", [kind for kind in TYPED if hasattr(kind, "from_config")], ids=lambda k: k.__name__)
+def test_a_typed_section_cannot_be_changed_as_every_reader_shares_it(kind):
+    typed = Config.builtin().typed(kind)
+    with pytest.raises(FrozenInstanceError):
+        setattr(typed, kind.__plain__[0][0], None)
 
 
 def test_a_site_value_reaches_the_typed_section():

@@ -42,7 +42,7 @@ class RemediatePolicy:
                    gpu_reset_timeout_s=float(section["gpu_reset_timeout_s"]))
 
 
-@plain
+@plain(frozen=True)
 class WatchSettings:
     """``[watch]`` (slurm-gpu-watch)."""
 
