@@ -28,8 +28,6 @@ from .plain import field, plain
 from typing import Dict, Optional
 
 VERSION = "v1"
-DEFAULT_PREFIX = "gpu-hooks:"
-DEFAULT_MAX_LEN = 120
 
 _TOKEN_SAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
 # What slurmctld appends to a node's reason (measured in the lab: docs/slurm-versions.md).
@@ -60,8 +58,9 @@ def _token(text: str) -> str:
     return _TOKEN_SAFE.sub("_", str(text)) or "_"
 
 
-def format_reason(reason: DrainReason, prefix: str = DEFAULT_PREFIX, max_len: int = DEFAULT_MAX_LEN) -> str:
-    """The reason text for ``scontrol update ... Reason=``; never longer than ``max_len``."""
+def format_reason(reason: DrainReason, prefix: str, max_len: int) -> str:
+    """The reason text for ``scontrol update ... Reason=``; never longer than ``max_len`` (``prefix``
+    and ``max_len``: ``[drain]``, ``config.settings.DrainSettings``)."""
     keys = "".join(f" {_token(k).lower()}:{_token(v)}" for k, v in reason.keys.items())
     head = f"{prefix} {VERSION} {_token(reason.check or 'unknown')} {_token(reason.subject)}{keys}"
     summary = " ".join(str(reason.summary).split())      # one line, no control characters
@@ -75,7 +74,7 @@ def format_reason(reason: DrainReason, prefix: str = DEFAULT_PREFIX, max_len: in
     return text[:max(max_len, len(head))]
 
 
-def is_ours(text: Optional[str], prefix: str = DEFAULT_PREFIX) -> bool:
+def is_ours(text: Optional[str], prefix: str) -> bool:
     return bool(text) and bool(prefix) and text.startswith(prefix)
 
 
@@ -90,7 +89,7 @@ def without_slurm_suffix(text: str) -> str:
     return text
 
 
-def parse_reason(text: Optional[str], prefix: str = DEFAULT_PREFIX) -> Optional[DrainReason]:
+def parse_reason(text: Optional[str], prefix: str) -> Optional[DrainReason]:
     """Our reason read back; None when ``text`` is not ours."""
     if not is_ours(text, prefix):
         return None

@@ -53,8 +53,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with short_process():      # before the imports: a hook is one short process
         from .hooklib.skeleton import serve
 
-        return serve("healthcheck", argv, _body, start=_start, deadline=("health", "deadline_s"),
+        return serve("healthcheck", argv, _body, start=_start, deadline=_deadline,
                      on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+
+
+def _deadline(config) -> float:
+    from .config.settings import HealthSettings
+
+    return config.typed(HealthSettings).deadline_s
 
 
 def _start(argv: Optional[Sequence[str]]):
@@ -126,7 +132,7 @@ def _run(config, node: str, dry_run: bool):
     from .health.run import POST_DECISION_STEPS, run_health
     from .slurm import backend_from_config
 
-    policy = HealthPolicy.from_config(config)
+    policy = config.typed(HealthPolicy)
     result = run_health(config, node, backend_from_config(config), sources, dry_run=dry_run, probes=probes)
     for finding in result.report.findings:
         if finding.status == "error" and finding.action != "drain":

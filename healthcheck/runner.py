@@ -19,6 +19,7 @@ from . import checks
 from .checklist import CHECKS, needs, nvml_features
 from .checks.base import CheckInput
 from .config import Config
+from .config.settings import DcgmSettings, GpuSettings, PerftestSettings
 from .facts import NVML_READ_GROUPS, DcgmFacts, RunFacts
 from .findings import EXIT_CODES, Finding, strongest_action, worst_status
 from .sources import NodeSources
@@ -119,7 +120,7 @@ def start_probes(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Opti
         sources = node_sources(config, node)
     probes.sources = sources
     probes.wanted = needs(probes.check_ids) | extra_sources
-    probes.timeout_s = float(config.section("gpu")["probe_timeout_s"])
+    probes.timeout_s = config.typed(GpuSettings).probe_timeout_s
     # Start the probes that can block together, then collect: their deadlines overlap.
     probes.nvml_child = probes.ib_child = None
     if "nvml" in probes.wanted:
@@ -250,9 +251,8 @@ def _commit_kernel_log(kernel, inp: CheckInput) -> Optional[Finding]:
 def _run_dcgm(config: Config, tier: str, gpus: Optional[frozenset]) -> DcgmFacts:
     from .probes.dcgm_diag import probe_dcgm
 
-    section = config.section("dcgm")
-    level = int(section.get("levels", {}).get(tier, 1))
-    return probe_dcgm(section["dcgmi"], level, float(section["timeout_s"]), gpus)
+    dcgm = config.typed(DcgmSettings)
+    return probe_dcgm(dcgm.dcgmi, dcgm.levels.get(tier, 1), dcgm.timeout_s, gpus)
 
 
 def _run_perftest(config: Config, node: str, sources: NodeSources, ib):
@@ -269,7 +269,7 @@ def _run_perftest(config: Config, node: str, sources: NodeSources, ib):
     if wanted is not None:
         names = {(h, int(n or 1)) for h, _, n in (str(t).partition(":") for t in wanted)}
         ports = [p for p in ports if (p.hca, p.port) in names]
-    return probe_ib_bandwidth(ports, config.section("perftest"), sources.programs_dir,
+    return probe_ib_bandwidth(ports, config.typed(PerftestSettings), sources.programs_dir,
                               expected.get("roce_gid_index"))
 
 

@@ -6,6 +6,7 @@ exists (tests/test_architecture_claims.py).
 """
 from __future__ import annotations
 
+from .config.settings import PathsSettings
 from .plain import plain
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -90,16 +91,16 @@ def node_paths(config: Config, node: str):
 
         sim = SimNode(config.state_dir, node)
         return sim.sysfs_root, sim.proc_root
-    paths = config.section("paths")
-    return config.resolve(paths["sysfs_root"]), config.resolve(paths["proc_root"])
+    paths = config.typed(PathsSettings)
+    return config.resolve(paths.sysfs_root), config.resolve(paths.proc_root)
 
 
 def node_sources(config: Config, node: str) -> NodeSources:
     if config.backend == "sim":
         return sim_sources(node, config.state_dir, config.sim_profile_path(node))
-    paths = config.section("paths")
-    kernel_log = paths["kernel_log"]
+    paths = config.typed(PathsSettings)
+    kernel_log = paths.kernel_log
     if kernel_log not in ("auto", "kmsg", "journal"):
         kernel_log = config.resolve(kernel_log)
-    return NodeSources(node=node, nvml=LazyModule(_pynvml), sysfs_root=config.resolve(paths["sysfs_root"]),
+    return NodeSources(node=node, nvml=LazyModule(_pynvml), sysfs_root=config.resolve(paths.sysfs_root),
                        kernel_log=kernel_log, state_dir=config.state_dir)

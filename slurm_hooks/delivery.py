@@ -25,7 +25,7 @@ def deliver(config: Config, backend=None) -> DeliveryReport:
     """Queue what records want but the queue lacks (``requeue_missing``), then deliver."""
     from healthcheck.slurm.job_accounting import SlurmAccounting
 
-    settings = DeliverySettings.from_section(config.section("records"))
+    settings = DeliverySettings.from_config(config)
     requeue_missing(config.state_dir, settings.expire_s)
     return deliver_pending(config.state_dir, SlurmAccounting(backend or backend_for(config)), settings)
 

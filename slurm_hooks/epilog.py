@@ -50,8 +50,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
 
         return serve("epilog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,
-                     deadline=("records", "epilog_deadline_s"), on_watchdog=_stopped_by_watchdog,
+                     deadline=_deadline, on_watchdog=_stopped_by_watchdog,
                      on_error=_tool_error)
+
+
+def _deadline(config) -> float:
+    from healthcheck.config.settings import RecordsSettings
+
+    return config.typed(RecordsSettings).epilog_deadline_s
 
 
 def _start(argv):
@@ -137,6 +143,7 @@ def _record(config, job_id: str, node: str, result, fields: Mapping[str, str], p
 
 
 def _queue_and_deliver(config, record: Dict[str, Any], backend) -> str:
+    from healthcheck.config.settings import RecordsSettings
     from healthcheck.records import outbox
 
     from .delivery import deliver, deliver_in_background, report_lines
@@ -151,7 +158,7 @@ def _queue_and_deliver(config, record: Dict[str, Any], backend) -> str:
         print(f"slurm-gpu-epilog: job {job_id}: accounting entry not queued (queued later from the record): "
               f"{exc}", file=sys.stderr)
         return f"not queued: {exc.strerror or exc}"
-    if config.section("records")["delivery"] == "inline":
+    if config.typed(RecordsSettings).delivery == "inline":
         report = deliver(config, backend)
         for line in report_lines(report):
             if not line.startswith("accounting unreachable"):
@@ -166,6 +173,7 @@ def _queue_and_deliver(config, record: Dict[str, Any], backend) -> str:
 # -- EpilogSlurmctld ------------------------------------------------------------------------------
 
 def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
+    from healthcheck.config.settings import RecordsSettings
     from healthcheck.records import store
     from healthcheck.records.classify import classify
     from healthcheck.slurm.backend import assigned_nodes, local_epoch
@@ -180,12 +188,12 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
     # leader's for every component of a heterogeneous job (measured on 22.05: 1234+1 on gpu2 said gpu1).
     nodes = assigned_nodes(fields.get("NodeList")) or env.get("SLURM_JOB_NODELIST")
     record = _record(config, job_id, store.JOB_LEVEL, result, fields, problem, env, time.time(),
-                     local_epoch(fields.get("StartTime", "")), bool(config.section("records")["accounting"]),
+                     local_epoch(fields.get("StartTime", "")), config.typed(RecordsSettings).accounting,
                      nodes=nodes, context=CONTEXT_SLURMCTLD)
     store.write_record(config.state_dir, record)
     _note("record", "written")
     delivery = "off"
-    if config.section("records")["accounting"]:
+    if config.typed(RecordsSettings).accounting:
         delivery = _queue_and_deliver(config, record, backend)
     return {"result": "classified", "class": result.cls, "accounting": delivery}
 
@@ -193,6 +201,7 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
 # -- the node epilog ------------------------------------------------------------------------------
 
 def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
+    from healthcheck.config.settings import HealthSettings, RecordsSettings
     from healthcheck.records import store
     from healthcheck.runner import BASELINE_READS, run_checks, start_probes
     from healthcheck.sources import node_sources
@@ -223,7 +232,7 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
 
     report = run_checks(config, node, "prolog", gpus=probe_gpus, sources=sources, now=now,
                         extra_reads=BASELINE_READS, probes=probes)
-    without_timeout_drains(report.findings, bool(config.section("health")["drain_on_probe_timeout"]))
+    without_timeout_drains(report.findings, config.typed(HealthSettings).drain_on_probe_timeout)
     for finding in report.findings:
         if finding.status == "error" and finding.action != "drain":
             print(f"slurm-gpu-epilog: {node}: {finding.check}: {finding.message}", file=sys.stderr)
@@ -239,15 +248,15 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
 
     result = classify(view, items)
     job_output = None
-    if config.section("records")["gpu_oom_from_job_output"] and application_could_replace(result.cls):
+    if config.typed(RecordsSettings).gpu_oom_from_job_output and application_could_replace(result.cls):
         # Only a plain FAILED can become GPU_OOM (job-classes.toml): no other ending costs a read.
         job_output = ev.job_output_evidence(config, node, fields, env)
         if job_output["events"]:
             items.extend(job_output["events"])
             result = classify(view, items)
-    speaks = _has_something_to_say(result) if config.section("records")["node_entries"] == "evidence" else True
+    speaks = _has_something_to_say(result) if config.typed(RecordsSettings).node_entries == "evidence" else True
     record = _record(config, job_id, node, result, fields, problem, env, now, started,
-                     bool(config.section("records")["accounting"]) and speaks, gpus=job_gpus, gres=gres,
+                     config.typed(RecordsSettings).accounting and speaks, gpus=job_gpus, gres=gres,
                      kernel_source=kernel["source"], context=CONTEXT_SLURMD, baseline=bool(baseline))
     if kernel.get("error"):
         record["kernel_error"] = kernel["error"]
@@ -274,13 +283,13 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         out["drained"] = drain
     from healthcheck.records.expedite import expedite
 
-    if expedite(bool(config.section("records")["expedite_on_hardware"]), result.cls, result.cause, job_gpus):
+    if expedite(config.typed(RecordsSettings).expedite_on_hardware, result.cls, result.cause, job_gpus):
         out["expedite"] = True
         print(f"slurm-gpu-epilog: {node}: job {job_id}: {result.cls} on its GPU {result.cause.get('gpu')}: exit 1 "
               "for an expedited requeue ([records] expedite_on_hardware)", file=sys.stderr)
     if record.get("entry_wanted") and "record" not in out:
         out["accounting"] = _queue_and_deliver(config, record, backend)
-    elif config.section("records")["accounting"]:
+    elif config.typed(RecordsSettings).accounting:
         from .delivery import deliver_in_background
 
         deliver_in_background(config, rescan=True)     # anything an earlier run left queued, or unqueued

@@ -14,6 +14,7 @@ import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from healthcheck.config import Config
+from healthcheck.config.settings import RecordsSettings
 from healthcheck.findings import Finding
 
 def finding_evidence(finding: Finding) -> Dict[str, Any]:
@@ -227,10 +228,9 @@ def job_output_evidence(config: Config, node: str, fields: Dict[str, str],
         if not streams:
             result["skipped"] = "no output file to read"
             return result
-        section = config.section("records")
-        max_bytes = int(section["job_output_tail_kib"]) * 1024
-        tails, problem = read_tails_as([path for _, path in streams], uid, gid, max_bytes,
-                                       float(section["job_output_timeout_s"]))
+        records = config.typed(RecordsSettings)
+        tails, problem = read_tails_as([path for _, path in streams], uid, gid, records.job_output_tail_kib * 1024,
+                                       records.job_output_timeout_s)
         if problem:
             result["problem"] = gpu_oom.shown(problem)
         stream_of = {path: stream for stream, path in streams}

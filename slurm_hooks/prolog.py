@@ -36,7 +36,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from healthcheck.hooklib.skeleton import ADMIN_HELP, serve
 
         return serve("prolog", argv, _body, doc=ADMIN_HELP, example=EXAMPLE, start=_start,
-                     deadline=("prolog", "deadline_s"), on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+                     deadline=_deadline, on_watchdog=_stopped_by_watchdog, on_error=_tool_error)
+
+
+def _deadline(config) -> float:
+    from healthcheck.config.settings import PrologSettings
+
+    return config.typed(PrologSettings).deadline_s
 
 
 def _start(argv):
@@ -56,9 +62,10 @@ def _body(run):
 def _tool_error(run, exc: Exception):
     """The tool is broken (not the node): the job runs unchecked, or stops with
     ``[prolog] on_tool_error = "fail"``."""
+    from healthcheck.config.settings import PrologSettings
     from healthcheck.hooklib.skeleton import Ending
 
-    fail = run.config.section("prolog")["on_tool_error"] == "fail"
+    fail = run.config.typed(PrologSettings).on_tool_error == "fail"
     print(f"slurm-gpu-prolog: internal error on {run.node}, job {run.job_id} "
           f"{'stopped' if fail else 'runs unchecked'}: {type(exc).__name__}: {exc}", file=sys.stderr)
     return Ending(1 if fail else 0, {"result": "tool-error", "error": f"{type(exc).__name__}: {exc}"})
@@ -68,12 +75,13 @@ def _stopped_by_watchdog(run, deadline: float, where: str):
     """The run passed ``[prolog] deadline_s``. A drain already under way (applied, or in flight:
     scontrol may have taken it) means the checks found the node bad: the job must not start
     there, exit 1 as the run would have. Otherwise the job runs unchecked (``on_tool_error``)."""
+    from healthcheck.config.settings import PrologSettings
     from healthcheck.hooklib.skeleton import Ending
     from healthcheck.hooklib.watchdog import progress
 
     done = progress()
     drain = done.get("drain") if done.get("drain") != "undone" else None   # the budget undid it: may run
-    fail = drain is not None or run.config.section("prolog")["on_tool_error"] == "fail"
+    fail = drain is not None or run.config.typed(PrologSettings).on_tool_error == "fail"
     if drain is not None:
         outcome = f"stopped: the node's drain was {drain} before that"
     else:
@@ -84,6 +92,7 @@ def _stopped_by_watchdog(run, deadline: float, where: str):
 
 
 def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
+    from healthcheck.config.settings import HealthSettings, PrologSettings, RecordsSettings
     from healthcheck.records import store
     from healthcheck.runner import BASELINE_READS, run_checks, start_probes
     from healthcheck.sources import node_sources
@@ -99,14 +108,14 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     # what the rest of the prolog loads and reads is done while they run.
     probes = start_probes(config, node, "prolog", None, sources, BASELINE_READS)
     _while_probing(config, probes)
-    devices = device_minors(devices_dir(config.section("prolog")["gpu_devices"], node))
+    devices = device_minors(devices_dir(config.typed(PrologSettings).gpu_devices, node))
     from healthcheck.findings import without_timeout_drains
 
     from . import evidence as ev
 
     report = run_checks(config, node, "prolog", gpus=None, sources=sources, now=now, extra_reads=BASELINE_READS,
                         probes=probes)
-    without_timeout_drains(report.findings, bool(config.section("health")["drain_on_probe_timeout"]))
+    without_timeout_drains(report.findings, config.typed(HealthSettings).drain_on_probe_timeout)
     facts = report.facts
     nvml_gpus = list(facts.nvml.gpus) if facts.nvml is not None else []
     minors = {g.index: g.minor_number for g in nvml_gpus}
@@ -173,10 +182,10 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         result["result"] = "bad-node-over-budget"
         print(f"slurm-gpu-prolog: {node}: job {job_id} runs on a node the checks call bad: "
               f"the drain budget is spent", file=sys.stderr)
-    section = config.section("records")
+    records = config.typed(RecordsSettings)
     try:
-        amended = amend_recent_jobs(config.state_dir, node, items, now, float(section["late_evidence_window_s"]),
-                                    queue=bool(section["accounting"]))
+        amended = amend_recent_jobs(config.state_dir, node, items, now, records.late_evidence_window_s,
+                                    queue=records.accounting)
     except OSError as exc:              # a full or read-only state dir: the drain above stands
         print(f"slurm-gpu-prolog: {node}: late evidence not recorded: {exc}", file=sys.stderr)
         amended = []
@@ -190,10 +199,12 @@ def _while_probing(config, probes) -> None:
     """What a healthy prolog loads after its checks, loaded while the probes' children run:
     the tier's check modules, the kernel-log cursor, the outbox's delivery (only what the
     healthy path uses: tests/test_job_hooks.py holds it)."""
+    from healthcheck.config.settings import RecordsSettings
+
     probes.load_checks()
     import healthcheck.kernellog.cursor  # noqa: F401  (the job's kernel-log cursor)
 
-    if config.section("records")["accounting"]:
+    if config.typed(RecordsSettings).accounting:
         from . import delivery  # noqa: F401
 
 
@@ -209,7 +220,8 @@ def _drain_findings(judged) -> list:
 
 def _deliver_queued(config) -> None:
     """Entries an earlier run could not deliver (accounting was down) go out now, detached."""
-    if config.section("records")["accounting"]:
+    from healthcheck.config.settings import RecordsSettings
+    if config.typed(RecordsSettings).accounting:
         from .delivery import deliver_in_background
 
         deliver_in_background(config)

@@ -57,6 +57,7 @@ def exports(env: Mapping[str, str], config=None) -> str:
     """The ``export``/``unset`` lines for this task ('' when the node did not opt in; ``config``:
     the hook's, else loaded as the hook loads it)."""
     from healthcheck.config import node_name
+    from healthcheck.config.settings import NcclSettings
     from healthcheck.taskenv.nccl_env import derive, render
     from healthcheck.probes.ib_sysfs import probe_ib
     from healthcheck.sources import node_paths
@@ -77,7 +78,7 @@ def exports(env: Mapping[str, str], config=None) -> str:
         _log(f"IB ports unreadable, doing nothing: {ib.message}")
         return ""
     return render(derive(env, ib.ports, gpu_places(sysfs_root, proc_root), hca_places(sysfs_root), expected,
-                         config.section("nccl")))
+                         config.typed(NcclSettings)))
 
 
 def _log(message: str) -> None:

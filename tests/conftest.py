@@ -64,3 +64,12 @@ def built_wheel(tmp_path_factory):
     wheels = glob.glob(os.path.join(str(out), "slurm_gpu_hooks-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
+
+
+def builtin_settings(kind, **changes):
+    """The typed config section ``kind`` as the built-in defaults give it, with ``changes``: a
+    test names what it changes, ``defaults.toml`` (the one home of a default) gives the rest."""
+    from healthcheck.config import Config
+    from healthcheck.plain import replace
+
+    return replace(Config.builtin().typed(kind), **changes)

@@ -7,6 +7,7 @@ import pytest
 from healthcheck.actions import Policy, apply, decide
 from healthcheck.findings import Finding
 from healthcheck.slurm.backend import JobInfo, NodeInfo, SlurmError
+from .conftest import builtin_settings
 from .fake_backend import FakeBackend
 
 ECC = Finding(check="gpu.ecc.uncorrectable", status="fail", action="drain",
@@ -22,7 +23,8 @@ def cluster() -> FakeBackend:
     return fake
 
 
-def run_once(fake: FakeBackend, name: str, findings, policy=Policy(), dry_run=False):
+def run_once(fake: FakeBackend, name: str, findings, policy=None, dry_run=False):
+    policy = policy or builtin_settings(Policy, resume_by_check={}, resume_by_xid_action={})
     try:
         node, error = fake.node(name), ""
     except SlurmError as exc:

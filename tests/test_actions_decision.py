@@ -10,7 +10,16 @@ from healthcheck.drain_reason import format_reason, parse_reason
 from healthcheck.findings import Finding
 from healthcheck.slurm.backend import NodeInfo
 
-POLICY = Policy()
+from .conftest import builtin_settings
+
+
+
+def policy_with(**changes) -> Policy:
+    """The built-in [drain] policy, without [health]'s resume tables unless a test gives them."""
+    return builtin_settings(Policy, **{"resume_by_check": {}, "resume_by_xid_action": {}, **changes})
+
+
+POLICY = policy_with()
 ECC = Finding(check="gpu.ecc.uncorrectable", status="fail", action="drain",
               message="GPU 3 (0000:1b:00.0): 2 uncorrectable (double-bit) ECC errors since the driver loaded",
               gpu=3, evidence={"volatile_uncorrected": 2, "aggregate_uncorrected": 2})
@@ -21,8 +30,8 @@ IB = Finding(check="ib.port", status="fail", action="drain", message="mlx5_0 por
 TEMP = Finding(check="gpu.temperature", status="warn", action="warn", message="GPU 1 runs hot", gpu=1)
 OK = Finding(check="gpu.count", status="ok", action="drain", message="8 GPUs")
 
-OUR_ECC = format_reason(reason_for(ECC))
-OUR_XID = format_reason(reason_for(XID))
+OUR_ECC = format_reason(reason_for(ECC), POLICY.reason_prefix, POLICY.max_reason_len)
+OUR_XID = format_reason(reason_for(XID), POLICY.reason_prefix, POLICY.max_reason_len)
 COVERED = set()
 
 
@@ -42,8 +51,9 @@ def check(rule, decision, kind):
 def test_a_drain_finding_becomes_our_reason_with_subject_and_key():
     assert OUR_ECC.startswith("gpu-hooks: v1 gpu.ecc.uncorrectable gpu3 dbe:2; GPU 3 (0000:1b:00.0)")
     assert OUR_XID.startswith("gpu-hooks: v1 kernel.xid gpu5 xid:79; ")
-    assert format_reason(reason_for(IB)).startswith("gpu-hooks: v1 ib.port mlx5_0:1; ")
-    assert parse_reason(OUR_XID).cause == "kernel.xid gpu5 xid:79"
+    text = format_reason(reason_for(IB), POLICY.reason_prefix, POLICY.max_reason_len)
+    assert text.startswith("gpu-hooks: v1 ib.port mlx5_0:1; ")
+    assert parse_reason(OUR_XID, POLICY.reason_prefix).cause == "kernel.xid gpu5 xid:79"
 
 
 def test_only_failing_findings_whose_action_is_drain_are_causes():
@@ -88,7 +98,7 @@ def test_someone_elses_drain_is_never_resumed():
 
 
 def test_a_reason_with_another_prefix_is_not_ours():
-    other = Policy(reason_prefix="nhc:")
+    other = policy_with(reason_prefix="nhc:")
     check("foreign-reason", decide("gpu2", node("IDLE+DRAIN", OUR_ECC), [], other), "leave-alone")
 
 
@@ -125,7 +135,7 @@ def test_a_fault_on_a_node_in_service_drains_it(state):
 
 def test_a_long_message_is_cut_to_the_configured_length():
     long = Finding(check="gpu.lost", status="fail", action="drain", message="x " * 200, gpu=0)
-    decision = check("drain", decide("gpu2", node(), [long], Policy(max_reason_len=60)), "drain")
+    decision = check("drain", decide("gpu2", node(), [long], policy_with(max_reason_len=60)), "drain")
     assert 50 < len(decision.reason) <= 60 and decision.reason.endswith("...")
 
 
@@ -152,19 +162,19 @@ def test_only_the_given_causes_drain():
 
 
 def test_the_resume_mode_recorded_for_a_cause_wins_over_the_check_default():
-    policy = Policy(resume_by_check={"kernel.xid": "auto"}, resume_by_cause={"kernel.xid gpu5 xid:79": "never"})
+    policy = policy_with(resume_by_check={"kernel.xid": "auto"}, resume_by_cause={"kernel.xid gpu5 xid:79": "never"})
     check("resume-never", decide("gpu2", node("IDLE+DRAIN", OUR_XID), [], policy), "none")
 
 
 def test_a_cause_that_needs_an_admin_is_never_resumed():
-    policy = Policy(resume_by_check={"gpu.remap.failed": "never"})
+    policy = policy_with(resume_by_check={"gpu.remap.failed": "never"})
     reason = "gpu-hooks: v1 gpu.remap.failed gpu1 uncorrectable_rows:3; no spare rows left"
     decision = check("resume-never", decide("gpu2", node("IDLE+DRAIN", reason), [], policy), "none")
     assert decision.scontrol is None and "slurm-gpu resume" in decision.why
 
 
 def test_a_cause_a_reboot_clears_waits_for_the_reboot():
-    policy = Policy(resume_by_check={"kernel.xid": "after_reboot"})
+    policy = policy_with(resume_by_check={"kernel.xid": "after_reboot"})
     check("resume-wait-reboot", decide("gpu2", node("IDLE+DRAIN", OUR_XID), [], policy, rebooted_since_drain=False), "none")
     check("resume-wait-reboot", decide("gpu2", node("IDLE+DRAIN", OUR_XID), [], policy), "none")
     check("resume", decide("gpu2", node("IDLE+DRAIN", OUR_XID), [], policy, rebooted_since_drain=True), "resume")
@@ -182,18 +192,18 @@ def test_a_healthy_node_in_service_is_nothing():
 
 
 def test_master_switch_off_blocks_a_drain_but_says_what_it_would_do():
-    decision = decide("gpu2", node(), [ECC], Policy(enabled=False))
+    decision = decide("gpu2", node(), [ECC], policy_with(enabled=False))
     check("actions-off", decision, "blocked")
     assert decision.reason == OUR_ECC and decision.scontrol[2] == "state=drain"
     assert "would drain" in decision.why
 
 
 def test_master_switch_off_blocks_a_resume():
-    check("actions-off", decide("gpu2", node("IDLE+DRAIN", OUR_ECC), [], Policy(enabled=False)), "blocked")
+    check("actions-off", decide("gpu2", node("IDLE+DRAIN", OUR_ECC), [], policy_with(enabled=False)), "blocked")
 
 
 def test_master_switch_off_changes_nothing_else():
-    check("foreign-reason", decide("gpu2", node("IDLE+DRAIN", "admin"), [ECC], Policy(enabled=False)), "leave-alone")
+    check("foreign-reason", decide("gpu2", node("IDLE+DRAIN", "admin"), [ECC], policy_with(enabled=False)), "leave-alone")
 
 
 def test_busy_flags_are_slurm_2205_spellings():
@@ -210,16 +220,16 @@ def test_zz_every_rule_has_a_test():
 # -- the one table of resume modes (decision.RESUME_MODE_RULES): a case per row, each row the first to answer
 
 RESUME_ROWS = {
-    "recorded": (Policy(resume_by_cause={"kernel.xid gpu5 xid:79": "never"}, resume_by_check={"kernel.xid": "auto"},
+    "recorded": (policy_with(resume_by_cause={"kernel.xid gpu5 xid:79": "never"}, resume_by_check={"kernel.xid": "auto"},
                         resume_by_xid_action={"reboot": "auto"}),
                  ("kernel.xid", "reboot", "kernel.xid gpu5 xid:79"), "never"),
-    "repeat": (Policy(resume_by_check={"kernel.xid.repeat": "auto"}, resume_default="auto"),
+    "repeat": (policy_with(resume_by_check={"kernel.xid.repeat": "auto"}, resume_default="auto"),
                ("kernel.xid.repeat", "", ""), "never"),
-    "xid-action": (Policy(resume_by_xid_action={"reboot": "after_reboot"}, resume_by_check={"kernel.xid": "never"}),
+    "xid-action": (policy_with(resume_by_xid_action={"reboot": "after_reboot"}, resume_by_check={"kernel.xid": "never"}),
                    ("kernel.xid", "reboot", ""), "after_reboot"),
-    "check": (Policy(resume_by_xid_action={"reboot": "auto"}, resume_by_check={"gpu.lost": "after_reboot"}),
+    "check": (policy_with(resume_by_xid_action={"reboot": "auto"}, resume_by_check={"gpu.lost": "after_reboot"}),
               ("gpu.lost", "", ""), "after_reboot"),
-    "default": (Policy(resume_default="never", resume_by_check={"gpu.lost": "auto"}), ("ib.port", "", ""), "never"),
+    "default": (policy_with(resume_default="never", resume_by_check={"gpu.lost": "auto"}), ("ib.port", "", ""), "never"),
 }
 
 

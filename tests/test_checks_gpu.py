@@ -152,7 +152,7 @@ def test_a_recovery_action_finding_becomes_a_reason_that_names_the_action():
     from healthcheck.drain_reason import format_reason
 
     [finding] = gpu_recovery.recovery_action(default_input(nvml=node(gpu(6, recovery_action=1))))
-    assert format_reason(reason_for(finding)).startswith("gpu-hooks: v1 gpu.recovery_action gpu6 action:reset; ")
+    assert format_reason(reason_for(finding), "gpu-hooks:", 120).startswith("gpu-hooks: v1 gpu.recovery_action gpu6 action:reset; ")
 
 
 # -- row remapping, retired pages ------------------------------------------------------------------------

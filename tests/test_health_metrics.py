@@ -8,6 +8,7 @@ import os
 import re
 import stat
 
+from healthcheck.config import Config
 from healthcheck.health.outputs import METRICS, REMEDIATION_FAMILIES, families, prometheus, textfile_path, write_all
 from healthcheck.slurm.backend import SlurmError
 
@@ -106,7 +107,7 @@ def test_blocked_by_budget_by_slurm_unreachable_and_by_actions_off(tmp_path):
     assert value(text, "slurm_gpu_health_decision", decision="blocked") == 1
 
     off = Node(tmp_path / "off")
-    off.config.data["drain"]["enabled"] = False
+    off.config = Config.from_document(dict(off.config.document, drain={"enabled": False}), None)
     off.sim.inject([DBE])
     text = prometheus(off.run_once())
     assert value(text, "slurm_gpu_health_blocked", by="actions-off") == 1

@@ -8,10 +8,12 @@ from healthcheck.findings import Finding
 from healthcheck.health.policy import HealthPolicy
 from healthcheck.health.streaks import tally
 
-POLICY = HealthPolicy(confirm_runs=2, confirm_by_check={"gpu.ecc.uncorrectable": 1, "kernel.xid": 1},
-                      max_reboots=2, drain=Policy(resume_by_check={"gpu.lost": "after_reboot"},
-                                                  resume_by_xid_action={"reboot": "after_reboot",
-                                                                        "contact_support": "never"}))
+from .conftest import builtin_settings
+
+POLICY = builtin_settings(HealthPolicy, confirm_runs=2, confirm_by_check={"gpu.ecc.uncorrectable": 1, "kernel.xid": 1},
+                          max_reboots=2, drain=builtin_settings(Policy, resume_by_check={"gpu.lost": "after_reboot"},
+                                                                resume_by_xid_action={"reboot": "after_reboot",
+                                                                                      "contact_support": "never"}))
 IB = Finding(check="ib.port", status="fail", action="drain", message="mlx5_3 port 1 is DOWN", hca="mlx5_3", port=1)
 DBE = Finding(check="gpu.ecc.uncorrectable", status="fail", action="drain", message="GPU 3: 2 DBE", gpu=3,
               evidence={"volatile_uncorrected": 2})
@@ -76,7 +78,8 @@ def test_the_same_xid_twice_in_one_boot_is_not_a_reboot():
 
 
 def test_a_per_code_override_of_the_reboot_count():
-    policy = HealthPolicy(confirm_by_check={"kernel.xid": 1}, max_reboots=2, max_reboots_by_xid={"79": 1})
+    policy = builtin_settings(HealthPolicy, confirm_by_check={"kernel.xid": 1}, max_reboots=2,
+                              max_reboots_by_xid={"79": 1})
     first = tally(causes_of([XID79], policy.drain), {}, {}, "A", False, policy)
     second = tally(causes_of([XID79], policy.drain), {}, first.xid_boots, "B", False, policy)
     assert second.confirmed[0].reason.check == REPEAT_CHECK

@@ -41,9 +41,7 @@ def test_each_entry_point_is_a_composition_of_the_skeleton(path):
 
 class _Config:
     state_dir = "/nonexistent"
-
-    def section(self, name):
-        return {"deadline_s": 0.05}
+    deadline_s = 0.05
 
 
 def _start(argv):
@@ -54,7 +52,7 @@ def test_the_skeleton_journals_the_ending_with_the_runs_fields(monkeypatch):
     lines = []
     monkeypatch.setattr(skeleton, "journal", lambda config, hook, node, job, **detail: lines.append((hook, node, job, detail)))
     status = skeleton.serve("prolog", [], lambda run: skeleton.Ending(1, {"result": "bad-node"}), start=_start,
-                           deadline=("prolog", "deadline_s"))
+                           deadline=lambda config: config.deadline_s)
     assert status == 1 and lines == [("prolog", "gpu1", "42", {"context": "prolog_slurmd", "result": "bad-node"})]
 
 
@@ -69,7 +67,7 @@ def test_the_skeletons_watchdog_stops_a_run_past_its_deadline(monkeypatch):
     def stopped(run, limit, where):
         seen.append((limit, "forever" in where))
         return skeleton.Ending(3)
-    assert skeleton.serve("prolog", [], forever, start=_start, deadline=("prolog", "deadline_s"),
+    assert skeleton.serve("prolog", [], forever, start=_start, deadline=lambda config: config.deadline_s,
                          on_watchdog=stopped) == 3
     assert seen == [(0.05, True)]
 

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 
 from healthcheck.drain_reason import DrainReason, format_reason, is_ours, parse_reason
 from healthcheck.records import admin_comment
+from healthcheck.config.settings import DrainSettings
 from healthcheck.slurm.cli_backend import CliBackend, parse_scontrol_record
+
+from .conftest import builtin_settings
+
+# The shipped [drain] reason_prefix and max_reason_len (defaults.toml).
+_DRAIN = builtin_settings(DrainSettings)
+PREFIX, WIDTH = _DRAIN.reason_prefix, _DRAIN.max_reason_len
 
 FAST = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -74,12 +81,12 @@ def drain_reasons(draw):
                      summary="Xid 79 on GPU 5 (process x State=IDLE Reason=ok)"))
 def test_a_drain_reason_is_one_line_without_fields_of_its_own(reason):
     # (A reason prefix with '=' or spaces is refused by the config validator.)
-    text = format_reason(reason)
-    assert len(text) <= 120 and is_ours(text)
+    text = format_reason(reason, PREFIX, WIDTH)
+    assert len(text) <= 120 and is_ours(text, PREFIX)
     assert all(ch.isprintable() for ch in text)
     # "scontrol show node -o" splits its record at " word=": no '=' may come from us.
     assert "=" not in text
-    back = parse_reason(text)
+    back = parse_reason(text, PREFIX)
     assert back.check == reason.check
     record = parse_scontrol_record(f"NodeName=gpu2 Arch=x86_64 State=IDLE+DRAIN Weight=1 Reason={text} "
                                    f"[root@2026-11-30T05:20:00] Comment=(null)")
@@ -91,7 +98,7 @@ def test_a_drain_reason_is_one_line_without_fields_of_its_own(reason):
 @given(drain_reasons())
 def test_drain_passes_the_reason_as_one_argument(fake_slurm, tmp_path_factory, reason):
     slurm, record_dir = backend(fake_slurm, tmp_path_factory)
-    text = format_reason(reason)
+    text = format_reason(reason, PREFIX, WIDTH)
     slurm.drain("gpu1", text)
     assert recorded_calls(record_dir) == [["scontrol", "update", "nodename=gpu1", "state=drain", f"reason={text}"]]
 

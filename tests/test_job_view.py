@@ -5,7 +5,7 @@ from healthcheck.records import admin_comment as ac
 from healthcheck.records import store
 from slurm_hooks.jobview import assemble
 
-from .conftest import run_cli
+from .conftest import builtin_settings, run_cli
 
 JS = "js1:h4sabc"
 
@@ -96,7 +96,7 @@ def test_a_het_leaders_entry_is_written_to_the_leaders_row_alone():
     backend = FakeBackend()
     backend.accounting_rows = [dict(row) for row in ARRAY_ROWS]
     accounting = SlurmAccounting(backend)
-    settings = outbox.DeliverySettings(verify_delay_s=0, jitter_s=0, attempts=1)
+    settings = builtin_settings(outbox.DeliverySettings, verify_delay_s=0, jitter_s=0, attempts=1)
     for job in ("1234", "1235", "526", "524"):
         outbox.write_entries(accounting, job, [{"node": "*", "class": "NODE_FAIL"}], settings, sleep=lambda s: None)
     written = [call[1] for call in backend.calls if call[0] == "set_admin_comment"]
@@ -159,7 +159,7 @@ def test_a_delivery_round_reads_every_queued_job_with_one_sacct(tmp_path):
         record = {"job_id": str(600 + t), "node": "*", "class": "COMPLETED"}
         store.write_record(str(tmp_path), record)
         outbox.queue_record(str(tmp_path), record)
-    settings = outbox.DeliverySettings(verify_delay_s=0, jitter_s=0)
+    settings = builtin_settings(outbox.DeliverySettings, verify_delay_s=0, jitter_s=0)
     report = outbox.deliver_pending(str(tmp_path), SlurmAccounting(backend), settings, sleep=lambda s: None)
     assert sorted(report.delivered) == [str(600 + t) for t in range(1, 11)]
     reads = [call for call in backend.calls if call[0] == "accounting"]

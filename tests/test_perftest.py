@@ -7,16 +7,18 @@ import os
 import pytest
 
 from healthcheck.checks.ib_bandwidth import ib_bandwidth
+from healthcheck.config.settings import PerftestSettings
 from healthcheck.facts import IbBandwidthFacts, IbBandwidthResult, IbPortFacts
 from healthcheck.probes import perftest
 from healthcheck.runner import run_checks
+from healthcheck.plain import replace
 from healthcheck.sim.node import SimNode
 
 from .checks_support import HARDWARE, default_input, make_config, sim
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "perftest")
-SETTINGS = {"ib_write_bw": "ib_write_bw", "duration_s": 1, "message_bytes": 1048576, "qps": 2,
-            "timeout_s": 10.0, "server_wait_s": 0.0, "base_port": 18515}
+SETTINGS = PerftestSettings(ib_write_bw="ib_write_bw", duration_s=1, message_bytes=1048576, qps=2, timeout_s=10.0,
+                            server_wait_s=0.0, base_port=18515)
 
 
 def fixture(name):
@@ -102,7 +104,7 @@ def test_a_failing_client_is_an_error_with_perftests_last_line(tmp_path):
 
 def test_a_hanging_run_times_out(tmp_path):
     bindir = fake_program(tmp_path, "sleep 30\n")
-    settings = dict(SETTINGS, timeout_s=1.0)
+    settings = replace(SETTINGS, timeout_s=1.0)
     [result] = perftest.probe_ib_bandwidth([port("mlx5_0")], settings, programs_dir=bindir).results
     assert result.status == "timeout" and "1 s" in result.message
 
@@ -112,7 +114,7 @@ def test_perftest_not_installed_is_unsupported(tmp_path):
     assert facts.status == "unsupported" and facts.results == []
     assert "not installed" in facts.message
     assert ib_bandwidth(default_input(ib_bandwidth=facts)) == []
-    settings = dict(SETTINGS, ib_write_bw=str(tmp_path / "nowhere" / "ib_write_bw"))
+    settings = replace(SETTINGS, ib_write_bw=str(tmp_path / "nowhere" / "ib_write_bw"))
     assert perftest.probe_ib_bandwidth([port("mlx5_0")], settings).status == "unsupported"
 
 

@@ -92,6 +92,6 @@ def test_a_drain_reason_gains_keys_through_the_remediation_plan():
     from healthcheck.drain_reason import parse_reason
     from healthcheck.remediate.plan import reason_with
 
-    reason = parse_reason("gpu-hooks: v1 gpu.lost gpu2; GPU 2 is lost")
+    reason = parse_reason("gpu-hooks: v1 gpu.lost gpu2; GPU 2 is lost", "gpu-hooks:")
     changed = reason_with(reason, {"next": "reboot"})
     assert changed.keys.get("next") == "reboot" and changed.summary == reason.summary

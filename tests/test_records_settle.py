@@ -8,6 +8,7 @@ from healthcheck.records import admin_comment as ac
 from healthcheck.records import outbox, settle, store
 from healthcheck.records.classify import SlurmView, classify, slurm_ending
 
+from .conftest import builtin_settings
 from .test_records_store_outbox import FakeAccounting
 
 START = "2026-12-01T18:00:00"
@@ -45,7 +46,7 @@ def _record(tmp_path, view=LIVE, evidence=(), node=store.JOB_LEVEL):
 
 
 def _deliver(tmp_path, accounting):
-    settings = outbox.DeliverySettings(verify_delay_s=0, jitter_s=0, attempts=3)
+    settings = builtin_settings(outbox.DeliverySettings, verify_delay_s=0, jitter_s=0, attempts=3)
     return outbox.deliver_pending(str(tmp_path), accounting, settings, sleep=lambda s: None)
 
 

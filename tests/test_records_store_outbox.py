@@ -11,6 +11,8 @@ import pytest
 from healthcheck.records import admin_comment as ac
 from healthcheck.records import outbox, store
 
+from .conftest import builtin_settings
+
 JS = ac.as_stored_by_sacctmgr("JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTVWqBQBGb7chEwAAAA==")
 
 
@@ -49,7 +51,7 @@ class FakeAccounting:
                 self.writes += 1
 
 
-FAST = outbox.DeliverySettings(attempts=20, verify_delay_s=0.05, jitter_s=0.05, lock_wait_s=5)
+FAST = builtin_settings(outbox.DeliverySettings, attempts=20, verify_delay_s=0.05, jitter_s=0.05, lock_wait_s=5)
 
 
 def queue(state, job_id, entry, now=None):
@@ -310,7 +312,7 @@ def test_undeliverable_entries_back_off_and_never_starve_the_ones_behind_them(tm
         queue(state, f"{1000 + task}", {"node": "*", "class": "COMPLETED"}, now=t0 + task)
     queue(state, "2000", {"node": "*", "class": "FAILED"}, now=t0 + 100)
     acct = CountingAccounting({"2000": ""})
-    settings = outbox.DeliverySettings(attempts=1, verify_delay_s=0, jitter_s=0, max_jobs_per_run=50)
+    settings = builtin_settings(outbox.DeliverySettings, attempts=1, verify_delay_s=0, jitter_s=0, max_jobs_per_run=50)
     first = outbox.deliver_pending(state, acct, settings, sleep=lambda s: None, now=t0 + 200)
     assert first.delivered == [] and len(first.waiting) == 50 and first.waiting[0] == "1000"   # oldest first
     second = outbox.deliver_pending(state, acct, settings, sleep=lambda s: None, now=t0 + 201)
@@ -344,7 +346,7 @@ def test_entries_queued_longer_than_expire_s_are_dropped_and_reported_records_ke
     queue(state, "60", {"node": "*", "class": "COMPLETED"}, now=now - 8 * 86400)
     queue(state, "61", {"node": "*", "class": "COMPLETED"}, now=now - 6 * 86400)
     acct = CountingAccounting({"61": ""})
-    report = outbox.deliver_pending(state, acct, outbox.DeliverySettings(verify_delay_s=0, jitter_s=0),
+    report = outbox.deliver_pending(state, acct, builtin_settings(outbox.DeliverySettings, verify_delay_s=0, jitter_s=0),
                                     sleep=lambda s: None, now=now)
     assert report.expired == ["60"] and report.delivered == ["61"] and "60" not in acct.asked
     assert outbox.pending(state) == {} and store.read_record(state, "60", "*")["class"] == "COMPLETED"

@@ -7,6 +7,8 @@ import time
 from healthcheck.config import Config
 from healthcheck.health.retention import DAY, STAMP, Retention, maybe_prune, prune
 
+from .conftest import builtin_settings
+
 
 def touch(path, age_days: float, now: float, text: str = "{}\n") -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -31,7 +33,7 @@ def test_old_job_records_evidence_and_journals_go_and_new_ones_stay(tmp_path):
     touch(f"{state}/hook-runs/gpu9.jsonl", 100, now)          # a node gone long ago
     touch(f"{state}/hook-runs/gpu1.jsonl", 0, now)
     touch(f"{state}/outbox/100.json", 400, now)               # undelivered: never pruned
-    pruned = prune(state, Retention(), now)
+    pruned = prune(state, builtin_settings(Retention), now)
     assert pruned.jobs == ["100"]
     assert sorted(pruned.files) == ["health/gpu1.evidence.jsonl.1", "hook-runs/gpu1.jsonl.1", "hook-runs/gpu9.jsonl"]
     assert sorted(os.listdir(f"{state}/jobs")) == ["200", "300"]
@@ -45,8 +47,8 @@ def test_zero_keeps_forever_and_links_are_not_followed(tmp_path):
     outside = touch(str(tmp_path / "outside" / "x.json"), 500, now)
     touch(f"{state}/jobs/1/gpu1.json", 500, now)
     os.symlink(os.path.dirname(outside), f"{state}/jobs/2")
-    assert prune(state, Retention(job_records_days=0, evidence_days=0, journal_days=0), now).jobs == []
-    assert prune(state, Retention(), now).jobs == ["1"]
+    assert prune(state, builtin_settings(Retention, job_records_days=0, evidence_days=0, journal_days=0), now).jobs == []
+    assert prune(state, builtin_settings(Retention), now).jobs == ["1"]
     assert os.path.exists(outside) and os.path.islink(f"{state}/jobs/2")
 
 
@@ -54,7 +56,7 @@ def test_pruning_runs_at_most_once_per_every_s(tmp_path):
     now = time.time()
     state = str(tmp_path)
     touch(f"{state}/jobs/1/gpu1.json", 200, now)
-    keep = Retention(every_s=DAY)
+    keep = builtin_settings(Retention, every_s=DAY)
     assert maybe_prune(state, keep, now).jobs == ["1"]
     touch(f"{state}/jobs/2/gpu1.json", 200, now)
     assert maybe_prune(state, keep, now + 60) is None           # not due: one stat

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 from healthcheck.records import admin_comment
-from tests.conftest import run_cli
+from tests.conftest import builtin_settings, run_cli
 from slurm_hooks.summary import accounting, drains
 from slurm_hooks.summary.accounting import SACCT_FIELDS, SACCT_FORMAT, AccountingError, read_rows
 from slurm_hooks.summary.verdict import SOURCE_ACCOUNTING, SOURCE_HOOKS, UNFINISHED, classify, quick_cause
@@ -19,12 +19,14 @@ from slurm_hooks.summary.offenders import OffenderRules, poisson_tail, rank_node
 from slurm_hooks.summary.report import build
 from slurm_hooks.summary.rows import gpus_of
 from slurm_hooks.summary.tally import Filters, NodeTally, Tally
+from healthcheck.config.settings import SummarySettings
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "summary")
 LAB_SACCT = os.path.join(DATA, "sacct-lab-scenarios.txt")
 LAB_SINFO = os.path.join(DATA, "sinfo-lab.json")
 LAB_EVENTS = os.path.join(DATA, "sacctmgr-events-lab.txt")
 COL = {name: i for i, name in enumerate(SACCT_FIELDS)}
+MAX_LINE = builtin_settings(SummarySettings).max_line_bytes     # the shipped [summary] max_line_bytes
 
 
 def lab_lines():
@@ -310,7 +312,7 @@ def _nodes(**spec):
 
 def test_a_node_far_above_the_fleet_rate_is_flagged_and_ranked_first():
     nodes = _nodes(**{f"n{i:02d}": (100.0, 1) for i in range(40)}, lemon=(100.0, 8))
-    ranked = rank_nodes(nodes, OffenderRules())
+    ranked = rank_nodes(nodes, builtin_settings(OffenderRules))
     assert ranked[0]["node"] == "lemon" and ranked[0]["flagged"]
     assert "8 hardware-caused endings" in ranked[0]["why"]
     assert not any(n["flagged"] for n in ranked[1:])
@@ -318,12 +320,12 @@ def test_a_node_far_above_the_fleet_rate_is_flagged_and_ranked_first():
 
 def test_a_busy_node_is_not_flagged_for_being_busy():
     nodes = _nodes(**{f"n{i:02d}": (100.0, 1) for i in range(40)}, busy=(1000.0, 10))
-    assert not any(n["flagged"] for n in rank_nodes(nodes, OffenderRules()))
+    assert not any(n["flagged"] for n in rank_nodes(nodes, builtin_settings(OffenderRules)))
 
 
 def test_one_unlucky_ending_is_not_a_pattern():
     nodes = _nodes(**{f"n{i:02d}": (100.0, 0) for i in range(40)}, once=(1.0, 1))
-    assert not any(n["flagged"] for n in rank_nodes(nodes, OffenderRules()))
+    assert not any(n["flagged"] for n in rank_nodes(nodes, builtin_settings(OffenderRules)))
 
 
 def test_offender_thresholds_come_from_config(tmp_path):
@@ -337,7 +339,7 @@ def test_offender_thresholds_come_from_config(tmp_path):
 # -- drains ----------------------------------------------------------------------------------------------
 def test_drained_now_from_sinfo_json_reads_our_reason():
     with open(LAB_SINFO, encoding="utf-8") as handle:
-        drained = drains.drained_from_sinfo(json.load(handle))
+        drained = drains.drained_from_sinfo(json.load(handle), "gpu-hooks:")
     assert [d["node"] for d in drained] == ["gpu2"]
     assert drained[0]["ours"] and drained[0]["check"] == "kernel.xid" and drained[0]["xid"] == 79
     assert drained[0]["state"] == "IDLE+DRAIN" and drained[0]["set_by"] == "root"
@@ -356,19 +358,19 @@ RELEASES = os.path.join(os.path.dirname(__file__), "fixtures", "slurm", "release
 def test_drained_now_from_each_releases_captured_json(release, name):
     """The lab's own captures (`slurm-gpu lab capture`): gpu3 drained with a reason of ours."""
     with open(os.path.join(RELEASES, release, name), encoding="utf-8") as handle:
-        drained = drains.drained_from_sinfo(json.load(handle))
+        drained = drains.drained_from_sinfo(json.load(handle), "gpu-hooks:")
     assert [(d["node"], d["state"], d["ours"], d["check"]) for d in drained] == [("gpu3", "IDLE+DRAIN", True, "capture")]
     assert drained[0]["since"].startswith("2026-")
 
 
 def test_a_document_with_neither_nodes_nor_groups_is_refused():
     with pytest.raises(ValueError, match="no \"nodes\" or \"sinfo\" list"):
-        drains.drained_from_sinfo({"meta": {}})
+        drains.drained_from_sinfo({"meta": {}}, "gpu-hooks:")
 
 
 def test_drains_in_the_window_from_sacctmgr_events():
     with open(LAB_EVENTS, encoding="utf-8") as handle:
-        events = list(drains.drain_events(handle, "2026-11-30T14:00:00", "2026-11-30T15:00:00"))
+        events = list(drains.drain_events(handle, "2026-11-30T14:00:00", "2026-11-30T15:00:00", "gpu-hooks:"))
     assert Counter(events) == Counter({("gpu1", True): 1, ("gpu2", False): 1, ("gpu2", True): 1,
                                        ("gpu3", True): 1, ("gpu3", False): 1})
 
@@ -537,7 +539,7 @@ def test_several_workers_give_the_report_of_one_pass(tmp_path):
     with open(path, encoding="utf-8") as handle:
         one = build(tally_of(handle), {}, [], [])
     problems = []
-    many = build(tally_file(str(path), Filters(), 3, problems), {}, [], [])
+    many = build(tally_file(str(path), Filters(), 3, problems, accounting.LineCap(MAX_LINE)), {}, [], [])
     assert problems == [] and many["jobs"] == one["jobs"] > 6000
     assert many == one
 
@@ -582,11 +584,11 @@ def test_lines_that_are_not_rows_are_told_as_one_pass_tells_them_whoever_read_th
     with open(path, "rb") as handle:
         one_pass = []
         single = Tally()
-        single.add_chunks(accounting.row_blocks(handle, accounting.LineCap(), one_pass))
+        single.add_chunks(accounting.row_blocks(handle, accounting.LineCap(MAX_LINE), one_pass))
     monkeypatch.setattr(parallel, "MIN_BYTES_PER_RANGE", 1)
     for workers in (2, 3):
         problems = []
-        many = parallel.tally_file(str(path), Filters(), workers, problems)
+        many = parallel.tally_file(str(path), Filters(), workers, problems, accounting.LineCap(MAX_LINE))
         assert problems == one_pass and len(problems) == 4 and problems[-1].startswith("9 lines in all")
         assert build(many, {}, [], []) == build(single, {}, [], [])
 
@@ -629,7 +631,7 @@ def test_a_reader_process_that_dies_or_fails_is_one_line_and_a_failure(tmp_path,
 
     monkeypatch.setattr(parallel, "_work", fails)
     with pytest.raises(OSError, match="Input/output error"):
-        parallel.tally_file(str(path), Filters(), 3, [])
+        parallel.tally_file(str(path), Filters(), 3, [], accounting.LineCap(MAX_LINE))
 
 
 def test_a_fork_that_fails_leaves_the_file_to_the_processes_there(tmp_path, monkeypatch):
@@ -638,7 +640,7 @@ def test_a_fork_that_fails_leaves_the_file_to_the_processes_there(tmp_path, monk
     path = tmp_path / "s.txt"
     generator().write_jobs(str(path), 2000, seed=6)
     monkeypatch.setattr(parallel, "MIN_BYTES_PER_RANGE", 1)
-    expected = build(parallel.tally_file(str(path), Filters(), 1, []), {}, [], [])
+    expected = build(parallel.tally_file(str(path), Filters(), 1, [], accounting.LineCap(MAX_LINE)), {}, [], [])
     real_fork, forks = os.fork, []
 
     def fork_once():
@@ -649,7 +651,8 @@ def test_a_fork_that_fails_leaves_the_file_to_the_processes_there(tmp_path, monk
 
     monkeypatch.setattr(os, "fork", fork_once)
     problems = []
-    assert build(parallel.tally_file(str(path), Filters(), 3, problems), {}, [], []) == expected
+    many = parallel.tally_file(str(path), Filters(), 3, problems, accounting.LineCap(MAX_LINE))
+    assert build(many, {}, [], []) == expected
     assert forks == [1] and problems == []
 
 
@@ -659,7 +662,7 @@ def test_a_foreign_header_stops_the_workers_too(tmp_path):
     path = tmp_path / "s.txt"
     path.write_text("JobID|State\n" + "1|COMPLETED\n" * 1000)
     with pytest.raises(AccountingError):
-        tally_file(str(path), Filters(), 2, [])
+        tally_file(str(path), Filters(), 2, [], accounting.LineCap(MAX_LINE))
 
 
 def test_two_sacct_files_put_together_are_read_the_same_by_one_process_or_several(tmp_path, monkeypatch):
@@ -670,21 +673,21 @@ def test_two_sacct_files_put_together_are_read_the_same_by_one_process_or_severa
     first, second, path = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "ab.txt"
     generator().write_jobs(str(first), 800, seed=1)
     generator().write_jobs(str(second), 800, seed=2)
-    apart = [parallel.tally_file(str(p), Filters(), 1, []) for p in (first, second)]
+    apart = [parallel.tally_file(str(p), Filters(), 1, [], accounting.LineCap(MAX_LINE)) for p in (first, second)]
     cut = first.stat().st_size                                 # where the second header begins
     foreign = b"JobID|State|not our format\n"                  # a header-like line, not a header
     path.write_bytes(first.read_bytes() + second.read_bytes() + foreign + second.read_bytes().split(b"\n", 1)[1])
     one_pass = []
     with open(path, "rb") as handle:
         single = Tally()
-        single.add_chunks(accounting.row_blocks(handle, accounting.LineCap(), one_pass))
+        single.add_chunks(accounting.row_blocks(handle, accounting.LineCap(MAX_LINE), one_pass))
     assert single.jobs == apart[0].jobs + 2 * apart[1].jobs and len(one_pass) == 1 and "not a sacct row" in one_pass[0]
     assert single.unfinished == apart[0].unfinished + 2 * apart[1].unfinished   # a header is no job at all
     size, foreign_at = path.stat().st_size, path.read_bytes().index(foreign)
     monkeypatch.setattr(parallel, "byte_ranges", lambda p, n: [(0, cut), (cut, foreign_at), (foreign_at, size)])
     for workers in (1, 2, 3):
         problems = []
-        many = parallel.tally_file(str(path), Filters(), workers, problems)
+        many = parallel.tally_file(str(path), Filters(), workers, problems, accounting.LineCap(MAX_LINE))
         assert problems == one_pass and build(many, {}, [], []) == build(single, {}, [], [])
 
 
@@ -693,7 +696,7 @@ def test_line_feed_puts_lines_back_together_across_chunks():
     from slurm_hooks.summary.accounting import LineFeed
 
     got = []
-    feed = LineFeed(got.extend)
+    feed = LineFeed(got.extend, accounting.LineCap(MAX_LINE))
     text = "1\x1fé|x\n2\x1fb\n3\x1fc".encode()
     for i in range(len(text)):                       # one byte at a time: a character split too
         feed.feed(text[i:i + 1])
@@ -707,7 +710,7 @@ def test_line_feed_cuts_rows_at_newlines_only_whatever_a_job_name_holds():
     from slurm_hooks.summary.accounting import LineFeed
 
     got = []
-    feed = LineFeed(got.extend)
+    feed = LineFeed(got.extend, accounting.LineCap(MAX_LINE))
     forged = "42\x1fCOMPLETED\x1f0:0"
     names = ["a\x1e" + forged, "b\x1c" + forged, "c\x1d" + forged, "d\x85" + forged, "e\u2028" + forged,
              "f\r" + forged, "g\x0b\x0c" + forged]
@@ -905,6 +908,6 @@ def test_rows_read_a_block_at_a_time_are_the_rows_read_a_line_at_a_time(tmp_path
     problems_lines, problems_blocks = [], []
     expected = list(read_rows(lines, problems_lines))
     with open(path, "rb") as handle:
-        got = [row for block in row_blocks(handle, LineCap(), problems_blocks) for row in block]
+        got = [row for block in row_blocks(handle, LineCap(MAX_LINE), problems_blocks) for row in block]
     assert got == expected and problems_blocks == problems_lines
     assert problems_lines[-1] == "6 lines in all were not rows of the expected format"

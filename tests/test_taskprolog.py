@@ -9,9 +9,11 @@ import sys
 
 import pytest
 
+from healthcheck.config.settings import NcclSettings
 from healthcheck.facts import IbPortFacts
 from healthcheck.taskenv.nccl_env import MARK, Plan, chosen_ports, derive, digest, gid_index, plan, task_gpus, usable_ports
 from healthcheck.sim.node import SimNode
+from healthcheck.plain import replace
 from healthcheck.taskenv.topology import GpuPlace, HcaPlace, PciPlace, closest, gpu_places, hca_places, parse_minor
 
 from .conftest import SIM_PROFILES
@@ -84,15 +86,15 @@ def test_derive_never_exports_what_the_user_set_and_refuses_line_breaks():
             "mlx5_1": HcaPlace("mlx5_1", place("pci0000:00", "pex1", "0000:29:00.0", numa=0), {"ib1": "up"})}
     ports = [port("mlx5_0"), port("mlx5_1")]
     env = {"SLURM_JOB_GPUS": "0"}
-    settings = {"socket_ifname": "", "env": {"NCCL_IB_TIMEOUT": "22"}}
+    settings = NcclSettings(socket_ifname="", env={"NCCL_IB_TIMEOUT": "22"})
     mark = f"NCCL_IB_HCA:{digest('=mlx5_0:1')},NCCL_SOCKET_IFNAME:{digest('=ib0')},NCCL_IB_TIMEOUT:{digest('22')}"
     assert derive(env, ports, gpus, hcas, {}, settings) == Plan(exports=[
         ("NCCL_IB_HCA", "=mlx5_0:1"), ("NCCL_SOCKET_IFNAME", "=ib0"), ("NCCL_IB_TIMEOUT", "22"), (MARK, mark)])
     mine = dict(env, NCCL_IB_HCA="mlx5_1", NCCL_IB_TIMEOUT="5")
-    assert derive(mine, ports, gpus, hcas, {}, dict(settings, socket_ifname="^lo")) == Plan(exports=[
+    assert derive(mine, ports, gpus, hcas, {}, replace(settings, socket_ifname="^lo")) == Plan(exports=[
         ("NCCL_SOCKET_IFNAME", "^lo"), (MARK, f"NCCL_SOCKET_IFNAME:{digest('^lo')}")])
     with pytest.raises(ValueError):
-        derive(env, ports, gpus, hcas, {}, {"env": {"NCCL_X": "a\nexport LD_PRELOAD=/tmp/x"}})
+        derive(env, ports, gpus, hcas, {}, NcclSettings(socket_ifname="", env={"NCCL_X": "a\nexport LD_PRELOAD=/tmp/x"}))
 
 
 def test_what_a_task_inherited_from_our_export_is_derived_again_what_the_user_changed_stays():

@@ -15,6 +15,7 @@ import pytest
 from healthcheck.config import Config
 from healthcheck.config.settings import WatchSettings
 from healthcheck.kernellog.scanner import CHUNK
+from healthcheck.plain import replace
 from healthcheck.watch import service
 from healthcheck.watch.trigger import AfterBoot, DutyCycle, Seen, Trigger, wants_check
 
@@ -118,9 +119,7 @@ class Node:
 
     def watcher(self, **settings) -> service.Watcher:
         config = self.config()
-        values = WatchSettings.from_config(config)
-        for key, value in settings.items():
-            setattr(values, key, value)
+        values = replace(WatchSettings.from_config(config), **settings)
         env = service.child_environment("gpu7", str(self.config_path), {"PATH": "/usr/bin", "HOME": "/root"})
         return service.Watcher(config, "gpu7", str(self.log), str(self.state), [str(self.program)], env, values,
                                boot_id_path=str(self.boot))

@@ -15,26 +15,12 @@ import time
 from typing import Callable, List, Optional, Sequence
 
 from ..drain_reason import is_ours
-from ..plain import plain
+from ..config.settings import Budget
 from ..slurm.backend import NodeInfo
 
 # The re-read waits this long, so every concurrent act (slurmd fires every node's health check on
 # one interval) is visible to every node and all rank alike; else two nodes each see only themselves.
 SETTLE_S = 2.0
-
-
-@plain(frozen=True)
-class Budget:
-    enabled: bool = True
-    max_nodes: int = 10
-    max_fraction: float = 0.1
-    window_s: float = 3600.0
-
-    @classmethod
-    def from_config(cls, config) -> "Budget":
-        section = config.section("health")
-        return cls(enabled=bool(section["budget_enabled"]), max_nodes=int(section["budget_max_nodes"]),
-                   max_fraction=float(section["budget_max_fraction"]), window_s=float(section["budget_window_s"]))
 
 
 def settle(reread: Callable[[], Sequence[NodeInfo]], keeps: Callable[[Sequence[NodeInfo]], bool],

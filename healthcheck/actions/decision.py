@@ -20,7 +20,8 @@ from __future__ import annotations
 from ..plain import field, plain
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..drain_reason import DEFAULT_MAX_LEN, DEFAULT_PREFIX, DrainReason, format_reason, is_ours, parse_reason
+from ..config.settings import DrainSettings, HealthSettings
+from ..drain_reason import DrainReason, format_reason, is_ours, parse_reason
 from ..findings import Finding
 from ..slurm.backend import NodeInfo, drain_argv, resume_argv
 from .cause import drain_causes
@@ -48,12 +49,13 @@ REPEAT_CHECK = "kernel.xid.repeat"
 
 @plain(frozen=True)
 class Policy:
-    enabled: bool = True                         # the master switch: False, and nothing is changed
-    reason_prefix: str = DEFAULT_PREFIX
-    max_reason_len: int = DEFAULT_MAX_LEN
-    resume_default: str = "auto"                 # auto | after_reboot | never
-    resume_by_check: Mapping[str, str] = field(default_factory=dict)
-    resume_by_xid_action: Mapping[str, str] = field(default_factory=dict)
+    """What our drains look like and how they end: ``[drain]`` and ``[health]``'s resume modes."""
+    enabled: bool                                # the master switch: False, and nothing is changed
+    reason_prefix: str
+    max_reason_len: int
+    resume_default: str                          # auto | after_reboot | never
+    resume_by_check: Mapping[str, str]
+    resume_by_xid_action: Mapping[str, str]
     resume_by_cause: Mapping[str, str] = field(default_factory=dict)   # DrainReason.cause -> mode (as recorded)
 
     def resume_mode(self, check: str, xid_action: str = "", cause: str = "") -> str:
@@ -67,13 +69,10 @@ class Policy:
 
     @classmethod
     def from_config(cls, config) -> "Policy":
-        drain, health = config.section("drain"), config.section("health")
-        return cls(enabled=bool(drain.get("enabled", True)),
-                   reason_prefix=str(drain.get("reason_prefix", DEFAULT_PREFIX)),
-                   max_reason_len=int(drain.get("max_reason_len", DEFAULT_MAX_LEN)),
-                   resume_default=str(health.get("resume_default", "auto")),
-                   resume_by_check=dict(health.get("resume", {})),
-                   resume_by_xid_action=dict(health.get("resume_xid_action", {})))
+        drain, health = config.typed(DrainSettings), config.typed(HealthSettings)
+        return cls(enabled=drain.enabled, reason_prefix=drain.reason_prefix, max_reason_len=drain.max_reason_len,
+                   resume_default=health.resume_default, resume_by_check=health.resume_by_check,
+                   resume_by_xid_action=health.resume_by_xid_action)
 
 
 # The one table of resume modes, first row that gives one wins: (row, mode or "").

@@ -237,7 +237,7 @@ class Session:
                  unlocked: Optional[str]):
         self.config, self.backend, self.node = config, backend, node
         self.state_dir, self.policy, self.dry_run = state_dir, policy, dry_run
-        self.budget = budget.Budget.from_config(config)
+        self.budget = config.typed(budget.Budget)
         self.notes: List[str] = [unlocked] if unlocked else []
         self.state = node_state.load(state_dir, node)
 
@@ -278,7 +278,7 @@ class Session:
             with ledgers.changing(self.state_dir, self.node) as ledger:
                 if after is not None:
                     ledger.note_drain(ledgers.signature_of(after), after.cause, now,
-                                      reopen_within_s=RemediatePolicy.from_config(self.config).window_s)
+                                      reopen_within_s=self.config.typed(RemediatePolicy).window_s)
                 else:
                     ledger.note_resumed(now)
                     if outcome.request.intent == "resume" and outcome.applied.done:
@@ -387,7 +387,7 @@ def session(config, backend: SlurmBackend, node: str, state_dir: Optional[str] =
     that cannot be had is a note, and the gate decides anyway: a drain is never lost for it."""
     from .serial import decision_lock_wait_s, deciding_alone
 
-    policy = Policy.from_config(config) if policy is None else policy
+    policy = config.typed(Policy) if policy is None else policy
     state_dir = config.state_dir if state_dir is None else state_dir
     lock = contextlib.nullcontext() if dry_run else deciding_alone(state_dir, node, decision_lock_wait_s(config))
     with lock as unlocked:

@@ -14,6 +14,7 @@ import contextlib
 import os
 from typing import Iterator, Optional
 
+from ..config.settings import SlurmSettings
 from ..safeio import fsutil
 
 
@@ -32,4 +33,4 @@ def deciding_alone(state_dir: str, node: str, wait_s: float) -> Iterator[Optiona
 
 def decision_lock_wait_s(config) -> float:
     """How long a hook waits for another's decision: two Slurm calls' worth ([slurm] timeout_s)."""
-    return 2 * float(config.section("slurm")["timeout_s"])
+    return 2 * config.typed(SlurmSettings).timeout_s

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar
 
 from .. import compiled
 from ..findings import action_for
@@ -19,6 +19,8 @@ from .keys import CONFIG_SCHEMA, TIERS, cross_checks, map_deprecated, node_match
 
 __all__ = ["CONFIG_SCHEMA", "TIERS", "Config", "ConfigError", "builtin_defaults", "config_path", "node_name",
            "read_document"]
+
+T = TypeVar("T")
 
 DEFAULT_CONFIG_PATH = "/etc/slurm-gpu-hooks/config.toml"
 CONFIG_ENV = "SLURM_GPU_HOOKS_CONFIG"
@@ -111,6 +113,11 @@ class Config:
         doc, _ = map_deprecated(doc)
         return cls(merge(defaults, doc), path, doc)
 
+    @classmethod
+    def builtin(cls) -> "Config":
+        """The built-in defaults alone (``defaults.toml``: the schema's own, not validated again)."""
+        return cls(builtin_defaults())
+
     # -- access ---------------------------------------------------------------------------
     def sets(self, section: str, key: str) -> bool:
         """Whether the admin's file gives ``[section] key`` (rather than the built-in default)."""
@@ -121,7 +128,16 @@ class Config:
         return [f"{self.path}: {key}: deprecated; {instead}" for key, instead in map_deprecated(self.document)[1]]
 
     def section(self, name: str) -> Dict[str, Any]:
+        """``[name]`` as a dict (``config show``, tests); code reads a typed section (``typed``)."""
         return self.data.get(name, {})
+
+    def typed(self, kind: Type[T]) -> T:
+        """The typed section ``kind`` (``config/settings.py``): built on first use from this
+        config, then kept, so each section is read and cast once and only where it is read."""
+        built = self.__dict__.setdefault("_typed", {})
+        if kind not in built:
+            built[kind] = kind.from_config(self)  # type: ignore[attr-defined]
+        return built[kind]
 
     def resolve(self, path: str) -> str:
         """A path from the config file, relative to the file's own directory."""

@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
+from ..config.settings import Retention
 from ..plain import field, plain
 from ..safeio.fsutil import atomic_write
 
@@ -28,22 +29,6 @@ STAMP = "retention.stamp"
 JOBS_DIR = "jobs"
 EVIDENCE = ("health", (".evidence.jsonl", ".evidence.jsonl.1"))
 JOURNALS = ("hook-runs", (".jsonl", ".jsonl.1"))
-
-
-@plain(frozen=True)
-class Retention:
-    job_records_days: float = 90
-    evidence_days: float = 365
-    journal_days: float = 90
-    every_s: float = DAY
-
-    @classmethod
-    def from_config(cls, config) -> "Retention":
-        section: Dict[str, Any] = config.section("retention")
-        return cls(job_records_days=float(section["job_records_days"]),
-                   evidence_days=float(section["evidence_days"]),
-                   journal_days=float(section["journal_days"]),
-                   every_s=float(section["every_s"]))
 
 
 @plain

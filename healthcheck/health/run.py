@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..actions.apply import Applied
 from ..actions.decision import Decision
 from ..config import Config
+from ..config.settings import RemediatePolicy
 from ..drain_reason import parse_reason
 from ..findings import unseen, without_timeout_drains
 from ..runner import Probes, Report, run_checks
@@ -113,7 +114,7 @@ def _retention(run: "HealthRun", config: Config) -> Any:
     """Prune the state dir by age ([retention]), at most once per every_s."""
     from .retention import Retention, maybe_prune
 
-    return maybe_prune(config.state_dir, Retention.from_config(config))
+    return maybe_prune(config.state_dir, config.typed(Retention))
 
 
 POST_DECISION_STEPS: List[PostStep] = [_late_evidence, _retention]
@@ -126,7 +127,7 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
 
     started = time.time() if now is None else now
     clock = time.monotonic()
-    policy = HealthPolicy.from_config(config)
+    policy = config.typed(HealthPolicy)
     boot = gate.read_boot_id(sources.boot_id_path)
     previous = node_state.load(sources.state_dir, node)
     runs_in_boot = previous.runs_in_boot + 1 if previous.boot_id == boot else 1
@@ -147,7 +148,7 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     with gate.session(config, backend, node, state_dir=sources.state_dir, policy=policy.drain, dry_run=dry_run) as door:
         outcome = door.submit(request)
         remedy = None
-        if not dry_run and door.state.drained is not None and config.section("remediate")["enabled"]:
+        if not dry_run and door.state.drained is not None and config.typed(RemediatePolicy).enabled:
             from ..remediate.step import remediate      # only then: a quiet run loads none of it
 
             remedy = remediate(door, boot, started, programs_dir=sources.programs_dir, busy_gpus=_busy_gpus(report))

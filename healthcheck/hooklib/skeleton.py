@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 from ..plain import field, plain
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Union
 
 from ..config import DEFAULT_CONFIG_PATH, Config, ConfigError
 
@@ -90,12 +90,12 @@ def start(name: str, env: Mapping[str, str] = os.environ, hook: Optional[str] = 
 
 def serve(name: str, argv: Optional[Sequence[str]], body: Callable[[HookRun], Ending], *, doc: str = "",
           example: str = "", start: Optional[Callable[[Optional[Sequence[str]]], Union[HookRun, int]]] = None,
-          deadline: Optional[Tuple[str, str]] = None,
+          deadline: Optional[Callable[[Any], float]] = None,
           on_watchdog: Optional[Callable[[HookRun, float, str], Ending]] = None,
           on_error: Optional[Callable[[HookRun, Exception], Ending]] = None) -> int:
     """The one hook skeleton (module docstring). ``doc``: a hook Slurm runs without arguments
-    answers --help from it and refuses any other argument; ``deadline``: the config's (section,
-    key) of the whole-run watchdog. Whatever escapes (a bug in a handler, a start that raises) is
+    answers --help from it and refuses any other argument; ``deadline``: the whole-run watchdog's
+    seconds, read from the run's config. Whatever escapes (a bug in a handler, a start that raises) is
     the tool being broken: one line, exit 0 (``run_hook``, whose short process it runs in too)."""
     if doc:
         asked = help_requested(name, argv, doc, example)
@@ -113,8 +113,7 @@ def _serve(name, argv, body, begin, deadline, on_watchdog, on_error) -> int:
     else:
         from .watchdog import Watchdog, kill_children, whole_run
 
-        section, key = deadline
-        limit = float(run.config.section(section)[key])
+        limit = deadline(run.config)
         try:
             with whole_run(limit):
                 ending = body(run)

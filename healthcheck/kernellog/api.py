@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
 
-from ..config import builtin_defaults
+from ..config.settings import XidSettings
 from . import readers
 from ..xid.catalog import XidCatalog
 from .cursor import StateStore
 from ..xid.events import XidEvent
-from .flood import CLOCK_SLACK_S, EscalationRule, FloodTracker, group_key
+from .flood import CLOCK_SLACK_S, FloodTracker, group_key
 from .parser import (NEEDLES, Companion, LostIntro, LostTail, lost_gpu_event, message_start, parse_line_split,
                      prefix_is_kernel, record_stamp, whole_driver_line)
 from ..xid.pci import GpuMap
@@ -35,34 +35,9 @@ __all__ = ["KernelLogError", "KernelLogRead", "PendingState", "XidSettings", "ev
            "read_new_events", "scan_events"]
 
 
-@dataclass
-class XidSettings:
-    """The ``[xid]`` config section, typed."""
-    flood_window_s: float = 3600.0
-    rescan_bytes: int = 4 * 1024 * 1024
-    source_timeout_s: float = 20.0
-    read_budget_bytes: int = 256 * 1024 * 1024
-    read_budget_s: float = 10.0
-    overrides: Dict[str, str] = field(default_factory=dict)
-    escalate: Dict[str, EscalationRule] = field(default_factory=dict)
-
-    @classmethod
-    def from_config(cls, config: Any = None) -> "XidSettings":
-        """From a ``healthcheck.config.Config`` (already validated), or the built-in defaults."""
-        if config is None:
-            section = builtin_defaults().get("xid", {})
-        else:
-            section = config.section("xid")
-        defaults = cls()
-        return cls(
-            flood_window_s=float(section.get("flood_window_s", defaults.flood_window_s)),
-            rescan_bytes=int(section.get("rescan_bytes", defaults.rescan_bytes)),
-            source_timeout_s=float(section.get("source_timeout_s", defaults.source_timeout_s)),
-            read_budget_bytes=int(section.get("read_budget_bytes", defaults.read_budget_bytes)),
-            read_budget_s=float(section.get("read_budget_s", defaults.read_budget_s)),
-            overrides=dict(section.get("actions", {})),
-            escalate={code: EscalationRule.from_config(rule) for code, rule in section.get("escalate", {}).items()},
-        )
+def _settings(config: Any) -> XidSettings:
+    """``[xid]``, typed: the config's (built once per config), or the built-in defaults'."""
+    return XidSettings.from_config(None) if config is None else config.typed(XidSettings)
 
 
 @dataclass
@@ -260,7 +235,7 @@ def read_new_events(kernel_log: str, state_dir: str, node: str, *, config: Any =
     last line is older are marked ``before_boot`` (evidence, never a drain on their own).
     Raises ``KernelLogError`` (one line) when the log cannot be read.
     """
-    settings = XidSettings.from_config(config)
+    settings = _settings(config)
     now = time.time() if now is None else now
     booted = boot_time() if booted is None else booted
     source = readers.resolve(kernel_log)
@@ -331,7 +306,7 @@ def scan_events(kernel_log: str, since: Optional[float] = None, until: Optional[
     ``kernel_log`` may also be "-" (``stream``, default stdin). Lines without a wall-clock time
     are left out when ``since`` or ``until`` is given: they cannot be placed in the window.
     """
-    settings = XidSettings.from_config(config)
+    settings = _settings(config)
     source = kernel_log if kernel_log == "-" else readers.resolve(kernel_log)
     kind = _source_kind(source)
     tracker = FloodTracker(settings.flood_window_s, settings.escalate)

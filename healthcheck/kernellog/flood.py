@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from ..config.settings import EscalationRule
 from ..safeio.jsontypes import field_problem, is_int, is_number, is_str, optional
 from ..xid.catalog import override_key
 from ..xid.events import KINDS, XidEvent, stronger
 
 MAX_GROUPS = 10000          # new distinct events per read (and events kept between runs): bounds memory
-DEFAULT_BURST_S = 60.0
 # Syslog and the journal can write lines a little out of order; a reboot sends uptime far back.
 CLOCK_SLACK_S = 60.0
 
@@ -41,19 +41,6 @@ def group_key(event: XidEvent) -> GroupKey:
     else:
         refine = None
     return (event.kind, event.code, event.pci, event.gpu_instance, event.compute_instance, refine)
-
-
-@dataclass
-class EscalationRule:
-    count: int
-    window_s: float
-    action: str
-    burst_s: float = DEFAULT_BURST_S
-
-    @classmethod
-    def from_config(cls, table: Mapping[str, Any]) -> "EscalationRule":
-        return cls(int(table["count"]), float(table["window_s"]), str(table["action"]),
-                   float(table.get("burst_s", DEFAULT_BURST_S)))
 
 
 @dataclass

@@ -17,10 +17,13 @@ import os
 import re
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from ..safeio import programs
 from ..facts import IbBandwidthFacts, IbBandwidthResult, IbPortFacts
+
+if TYPE_CHECKING:
+    from ..config.settings import PerftestSettings
 
 # Hooks and `slurm-gpu check` may run without PATH; these are where perftest packages put it.
 ACTIVE = 4
@@ -86,11 +89,11 @@ def gid_index(port: IbPortFacts, configured: Optional[int]) -> Optional[int]:
     return v2[0] if v2 else None
 
 
-def build_argv(program: str, port: IbPortFacts, settings: Mapping[str, Any], tcp_port: int,
+def build_argv(program: str, port: IbPortFacts, settings: PerftestSettings, tcp_port: int,
                gid: Optional[int], server: Optional[str]) -> List[str]:
     argv = [program, "-d", port.hca, "-i", str(int(port.port)), "-p", str(int(tcp_port)),
-            "-D", str(int(settings["duration_s"])), "-s", str(int(settings["message_bytes"])),
-            "-q", str(int(settings["qps"])), "-F", "--report_gbits"]
+            "-D", str(settings.duration_s), "-s", str(settings.message_bytes),
+            "-q", str(settings.qps), "-F", "--report_gbits"]
     if gid is not None:
         argv += ["-x", str(int(gid))]
     if server is not None:
@@ -98,21 +101,21 @@ def build_argv(program: str, port: IbPortFacts, settings: Mapping[str, Any], tcp
     return argv
 
 
-def probe_ib_bandwidth(ports: Sequence[IbPortFacts], settings: Mapping[str, Any],
+def probe_ib_bandwidth(ports: Sequence[IbPortFacts], settings: PerftestSettings,
                        programs_dir: Optional[str] = None, roce_gid_index: Optional[int] = None) -> IbBandwidthFacts:
-    timeout_s = float(settings["timeout_s"])
+    timeout_s = settings.timeout_s
     facts = IbBandwidthFacts(timeout_s=timeout_s)
-    program = programs.find_program(str(settings["ib_write_bw"]), programs_dir)
+    program = programs.find_program(settings.ib_write_bw, programs_dir)
     if program is None:
         facts.status = "unsupported"
-        facts.message = f"{settings['ib_write_bw']} not found (perftest is not installed)"
+        facts.message = f"{settings.ib_write_bw} not found (perftest is not installed)"
         return facts
     facts.program = program
     pairs = plan_pairs(ports)
     if not pairs:
         facts.message = "no ACTIVE IB port to test"
         return facts
-    base = int(settings["base_port"])
+    base = settings.base_port
     runs = []
     for i, (client, server) in enumerate(pairs):
         result = IbBandwidthResult(client=port_name(client), server=port_name(server),
@@ -132,7 +135,7 @@ def probe_ib_bandwidth(ports: Sequence[IbPortFacts], settings: Mapping[str, Any]
     for thread in servers:
         thread.start()
     # perftest's client does not retry: the servers must be listening when it connects.
-    time.sleep(float(settings["server_wait_s"]))
+    time.sleep(settings.server_wait_s)
     clients = [threading.Thread(target=run, args=(2 * i + 1, c), daemon=True) for i, (_, _, c) in enumerate(runs)]
     for thread in clients:
         thread.start()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List
 
+from ..config.settings import RecordsSettings
 from ..findings import Finding
 from . import store
 
@@ -89,9 +90,9 @@ def amend_from_health_run(run: Any, config: "Config") -> List[Dict[str, Any]]:
     bad = [finding_evidence(f) for f in run.report.findings if f.status == "fail" and f.action == "drain"]
     amended: List[Dict[str, Any]] = []
     if bad:
-        section = config.section("records")
+        records = config.typed(RecordsSettings)
         amended = amend_recent_jobs(config.state_dir, run.node, bad, run.started,
-                                    float(section["late_evidence_window_s"]), queue=bool(section["accounting"]))
+                                    records.late_evidence_window_s, queue=records.accounting)
     nvml = run.report.facts.nvml
     gpus = [g.index for g in nvml.gpus] if nvml is not None else []
     store.note_clean_run(config.state_dir, run.node, run.report.findings, gpus, run.started)

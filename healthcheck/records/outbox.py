@@ -25,6 +25,7 @@ import time
 from ..plain import field, plain
 from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
+from ..config.settings import RecordsSettings
 from ..safeio import fsutil
 from ..slurm.backend import SlurmError as AccountingError     # accounting could not be read or written
 from . import admin_comment
@@ -43,23 +44,23 @@ class Accounting(Protocol):
 
 @plain
 class DeliverySettings:
-    attempts: int = 5
-    verify_delay_s: float = 1.0
-    jitter_s: float = 1.0
-    max_jobs_per_run: int = 50
+    """How entries are delivered: ``[records]``'s write and queue keys (``from_config``), and the
+    two waits that are not settings."""
+    attempts: int                       # [records] write_attempts
+    verify_delay_s: float               # [records] verify_delay_s
+    jitter_s: float                     # [records] verify_jitter_s
+    max_jobs_per_run: int               # [records] deliver_max_jobs
+    expire_s: float                     # [records] outbox_expire_s
+    backoff_max_s: float                # [records] outbox_backoff_max_s
     lock_wait_s: float = 30.0
-    expire_s: float = 7 * 86400.0       # [records] outbox_expire_s
     backoff_s: float = 30.0             # the first retry of an undelivered entry; doubling from there
-    backoff_max_s: float = 3600.0       # [records] outbox_backoff_max_s
 
     @classmethod
-    def from_section(cls, section: Dict[str, Any]) -> "DeliverySettings":
-        return cls(attempts=int(section.get("write_attempts", cls.attempts)),
-                   verify_delay_s=float(section.get("verify_delay_s", cls.verify_delay_s)),
-                   jitter_s=float(section.get("verify_jitter_s", cls.jitter_s)),
-                   max_jobs_per_run=int(section.get("deliver_max_jobs", cls.max_jobs_per_run)),
-                   expire_s=float(section.get("outbox_expire_s", cls.expire_s)),
-                   backoff_max_s=float(section.get("outbox_backoff_max_s", cls.backoff_max_s)))
+    def from_config(cls, config: Any) -> "DeliverySettings":
+        records = config.typed(RecordsSettings)
+        return cls(attempts=records.write_attempts, verify_delay_s=records.verify_delay_s,
+                   jitter_s=records.verify_jitter_s, max_jobs_per_run=records.deliver_max_jobs,
+                   expire_s=records.outbox_expire_s, backoff_max_s=records.outbox_backoff_max_s)
 
 
 @plain

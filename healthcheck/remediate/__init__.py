@@ -7,5 +7,7 @@ def health_reads(config: Any) -> Tuple[str, ...]:
     """What the health check reads beyond its tier for the remediation: with ``[remediate]
     gpu_reset`` on, the GPUs' processes (no GPU a process holds is reset). Cheap: the hook calls
     it before its probes start."""
-    section = config.section("remediate")
-    return ("nvml:processes",) if section["enabled"] and section["gpu_reset"] else ()
+    from ..config.settings import RemediatePolicy
+
+    policy = config.typed(RemediatePolicy)
+    return ("nvml:processes",) if policy.enabled and policy.gpu_reset else ()

@@ -26,7 +26,7 @@ def remediate(door: Session, boot_id: str, now: Optional[float] = None, programs
     """The remediation's step for our drain; None when ``[remediate]`` is off or nothing of ours is
     drained. ``programs_dir``: a simulated node's programs (its ``nvidia-smi``); ``busy_gpus``: the
     GPUs (NVML indexes) the run saw a process on."""
-    rpolicy = RemediatePolicy.from_config(door.config)
+    rpolicy = door.config.typed(RemediatePolicy)
     if not rpolicy.enabled or door.state.drained is None:
         return None
     now = time.time() if now is None else now

@@ -14,9 +14,10 @@ def backend_from_config(config) -> "CliBackend":  # noqa: F821
     """The Slurm backend a hook or command should use, from ``[slurm]`` in the config."""
     from .cli_backend import CliBackend
 
-    section = config.section("slurm")
-    return CliBackend(bin_dir=section.get("bin_dir", ""), slurm_conf=section.get("conf", ""),
-                      timeout_s=float(section.get("timeout_s", 15)))
+    from ..config.settings import SlurmSettings
+
+    slurm = config.typed(SlurmSettings)
+    return CliBackend(bin_dir=slurm.bin_dir, slurm_conf=slurm.conf, timeout_s=slurm.timeout_s)
 
 
 def __getattr__(name: str):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..config.keys import ENV_NAME, env_value_problem
+from ..config.settings import NcclSettings
 from ..facts import IbPortFacts
 from .topology import GpuPlace, HcaPlace, closest
 
@@ -88,7 +89,7 @@ def gid_index(ports: Sequence[IbPortFacts], configured: Optional[int]) -> Option
 
 
 def wanted(gpus: Optional[Sequence[int]], ports: Sequence[IbPortFacts], gpu_places: Mapping[int, GpuPlace],
-           hca_places: Mapping[str, HcaPlace], expected: Mapping, settings: Mapping) -> List[Tuple[str, str]]:
+           hca_places: Mapping[str, HcaPlace], expected: Mapping, settings: NcclSettings) -> List[Tuple[str, str]]:
     """The ``(NAME, value)`` pairs this task should have, in a stable order; raises ValueError
     on a value that cannot be exported (the caller then exports nothing)."""
     out: List[Tuple[str, str]] = []
@@ -99,7 +100,7 @@ def wanted(gpus: Optional[Sequence[int]], ports: Sequence[IbPortFacts], gpu_plac
         gid = gid_index(chosen, expected.get("roce_gid_index"))
         if gid is not None:
             out.append(("NCCL_IB_GID_INDEX", str(gid)))
-    ifname = str(settings.get("socket_ifname", ""))
+    ifname = settings.socket_ifname
     if not ifname:
         names: Dict[str, None] = {}
         for port in chosen:
@@ -110,7 +111,7 @@ def wanted(gpus: Optional[Sequence[int]], ports: Sequence[IbPortFacts], gpu_plac
         ifname = "=" + ",".join(names) if names else ""
     if ifname:
         out.append(("NCCL_SOCKET_IFNAME", ifname))
-    for name, value in sorted(dict(settings.get("env", {})).items()):
+    for name, value in sorted(settings.env.items()):
         out.append((str(name), str(value)))
     for name, value in out:
         problem = None if ENV_NAME.fullmatch(name) else "is not a variable name"
@@ -156,7 +157,7 @@ def plan(env: Mapping[str, str], pairs: Sequence[Tuple[str, str]]) -> Plan:
 
 
 def derive(env: Mapping[str, str], ports: Sequence[IbPortFacts], gpu_places: Mapping[int, GpuPlace],
-           hca_places: Mapping[str, HcaPlace], expected: Mapping, settings: Mapping) -> Plan:
+           hca_places: Mapping[str, HcaPlace], expected: Mapping, settings: NcclSettings) -> Plan:
     """What this task's TaskProlog prints; raises ValueError as ``wanted`` does."""
     return plan(env, wanted(task_gpus(env), ports, gpu_places, hca_places, expected, settings))
 

@@ -355,7 +355,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    settings = WatchSettings.from_config(config)
+    settings = config.typed(WatchSettings)
     program = [args.program] if args.program else [settings.program] if settings.program else default_program()
     try:
         from ..sources import node_sources

@@ -84,15 +84,15 @@ def drained(config_path: Optional[str], show_all: bool, as_json: bool) -> None:
 
     Example: slurm-gpu drained --json
     """
+    from healthcheck.config.settings import DrainSettings, RemediatePolicy
+
     config = load_config(config_path)
-    prefix = config.section("drain")["reason_prefix"]
+    prefix = config.typed(DrainSettings).reason_prefix
     try:
         nodes = _backend(config).sinfo_nodes()
     except SlurmError as exc:
         fail(str(exc), code=1)
-    from healthcheck.config.settings import RemediatePolicy
-
-    remediate = RemediatePolicy.from_config(config)
+    remediate = config.typed(RemediatePolicy)
     rows = [row(node, prefix, config.state_dir, remediate) for node in nodes
             if show_all or node.drained or node.down or node.has("FAIL")]
     if as_json:

@@ -179,7 +179,7 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     from healthcheck.slurm import SlurmError
     from slurm_hooks.summary.accounting import (LIVE_DELIMITER, AccountingError, LineCap, LineFeed,
                                                 impossible_problem, read_rows, row_blocks, sacct_arguments)
-    from slurm_hooks.summary.offenders import OffenderRules
+    from healthcheck.config.settings import DrainSettings, SummarySettings
     from slurm_hooks.summary.parallel import tally_file, workers_for
     from slurm_hooks.summary.report import build
     from slurm_hooks.summary.tally import Filters, Tally
@@ -195,9 +195,10 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     tally = Tally(filters, on_job=jobs_out)
     problems: List[str] = []
     notes: List[str] = []
-    prefix = cfg.section("drain").get("reason_prefix", "gpu-hooks:")
+    prefix = cfg.typed(DrainSettings).reason_prefix
+    summary = cfg.typed(SummarySettings)
     backend = None
-    cap = LineCap(int(cfg.section("summary").get("max_line_bytes", LineCap().cap)))
+    cap = LineCap(summary.max_line_bytes)
     try:
         if input_path and not per_job and workers_for(input_path, workers) > 1:
             tally = tally_file(input_path, filters, workers_for(input_path, workers), problems, cap)
@@ -213,7 +214,7 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
             feed = LineFeed(lambda lines: tally.add(read_rows(lines, problems, LIVE_DELIMITER)), cap)
             argv = [sacct] + sacct_arguments(since_iso, until_iso, users, accounts, partitions, nodes, job_ids)
             try:
-                code, errors = programs.stream(argv, float(cfg.section("summary").get("sacct_timeout_s", 600)),
+                code, errors = programs.stream(argv, summary.sacct_timeout_s,
                                               feed.feed, env=backend.env)
             except programs.CommandError as exc:
                 fail(terminal_safe(f"summary: {exc}"), EXIT_UNREADABLE)
@@ -237,7 +238,7 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
         tally.add_drain(node, ours)
     notes += problems
     window = {"since": since_iso or None, "until": until_iso or None}
-    report = build(tally, window, drained, notes, OffenderRules.from_config(cfg),
+    report = build(tally, window, drained, notes, summary.offenders,
                    source=f"file {input_path}" if input_path else "sacct")
     if drain_note:
         report["drained_note"] = drain_note

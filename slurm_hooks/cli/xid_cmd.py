@@ -147,7 +147,7 @@ def explain(config_path: Optional[str], code: str, as_json: bool) -> None:
 
     Example: slurm-gpu xid explain 48
     """
-    from healthcheck.kernellog.api import XidSettings
+    from healthcheck.config.settings import XidSettings
     from healthcheck.xid.catalog import XidCatalog, override_key
     from healthcheck.xid.event_findings import ACTION_TEXT
 

@@ -33,7 +33,6 @@ DEFAULT_DELIMITER = "|"
 LIVE_DELIMITER = "\x1f"                            # what we ask sacct for: no name can hold it
 
 
-DEFAULT_MAX_LINE_BYTES = 4 << 20                   # [summary] max_line_bytes
 _SKIP_PIECE = 1 << 20
 BLOCK_BYTES = 128 << 10          # LineCap.blocks: read and decoded at once (~500 rows: the tally's chunk)
 # Values no job can have: a row holding one is not counted (and is counted as rejected).
@@ -45,7 +44,7 @@ class LineCap:
     """Lines of at most ``cap`` bytes (without the line end); a longer one is read through in
     pieces, never held whole, and counted in ``skipped``."""
 
-    def __init__(self, cap: int = DEFAULT_MAX_LINE_BYTES):
+    def __init__(self, cap: int):                # [summary] max_line_bytes
         self.cap = cap
         self.skipped = 0
 
@@ -312,10 +311,10 @@ class LineFeed:
     """sacct's output as the runner hands it over (``healthcheck.safeio.programs.stream``: bytes in
     chunks) -> complete lines -> ``consume``; nothing more than one chunk is held."""
 
-    def __init__(self, consume: Callable[[List[str]], None], cap: Optional[LineCap] = None):
+    def __init__(self, consume: Callable[[List[str]], None], cap: LineCap):
         self.consume = consume
         self.rest = b""
-        self.cap = cap or LineCap()
+        self.cap = cap
         self.skipping = False            # inside a line past the cap: dropped up to its end
 
     def feed(self, chunk: bytes) -> None:

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from healthcheck.drain_reason import DEFAULT_PREFIX, is_ours, parse_reason
+from healthcheck.drain_reason import is_ours, parse_reason
 
 # Reason last: it is free text and may hold the delimiter.
 EVENT_FIELDS = ("NodeName", "TimeStart", "TimeEnd", "State", "User", "Reason")
@@ -37,7 +37,7 @@ def _iso(epoch: Any) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
-def describe_reason(reason: str, prefix: str = DEFAULT_PREFIX) -> Dict[str, Any]:
+def describe_reason(reason: str, prefix: str) -> Dict[str, Any]:
     """Whether a reason is ours and, if it is, what it says (check, subject, Xid)."""
     parsed = parse_reason(reason, prefix)
     if parsed is None:
@@ -68,7 +68,7 @@ def _nodes_of_groups(groups: List[Any]) -> List[Dict[str, Any]]:
     return list(nodes.values())
 
 
-def drained_from_sinfo(document: Dict[str, Any], prefix: str = DEFAULT_PREFIX) -> List[Dict[str, Any]]:
+def drained_from_sinfo(document: Dict[str, Any], prefix: str) -> List[Dict[str, Any]]:
     """Drained (or draining, or failing) nodes, ours marked, from ``sinfo --json`` (22.05: a
     ``nodes`` list; 23.02 on: ``sinfo``, a list of node groups) or ``scontrol --json show node``
     (``nodes``)."""
@@ -110,8 +110,7 @@ def parse_events(lines: Iterable[str]) -> Iterator[Tuple[str, str, str, str]]:
             yield node, start, state, reason
 
 
-def drain_events(lines: Iterable[str], since: str = "", until: str = "",
-                 prefix: str = DEFAULT_PREFIX) -> Iterator[Tuple[str, bool]]:
+def drain_events(lines: Iterable[str], since: str, until: str, prefix: str) -> Iterator[Tuple[str, bool]]:
     """(node, ours) for every drain or fail that began in [since, until)."""
     for node, start, state, reason in parse_events(lines):
         if not any(word in state.upper() for word in _TAKEN_OUT):

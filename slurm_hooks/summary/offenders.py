@@ -12,26 +12,13 @@ not flagged for being busy, and one unlucky ending on an idle node is not a patt
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
+
+from healthcheck.config.settings import OffenderRules
 
 from .tally import NodeTally
 
 PER = 1000.0        # rates are per 1,000 node-hours
-
-
-@dataclass(frozen=True)
-class OffenderRules:
-    min_events: int = 3
-    ratio: float = 3.0
-    max_p: float = 0.05
-
-    @classmethod
-    def from_config(cls, config) -> "OffenderRules":
-        section = config.section("summary") if config is not None else {}
-        return cls(min_events=int(section.get("offender_min_events", cls.min_events)),
-                   ratio=float(section.get("offender_ratio", cls.ratio)),
-                   max_p=float(section.get("offender_max_p", cls.max_p)))
 
 
 def poisson_tail(k: int, expected: float) -> float:
@@ -77,7 +64,7 @@ def fleet_rates(nodes: Mapping[str, NodeTally]) -> Dict[str, float]:
             "drains_per_1000_node_hours": round(drains / hours * PER, 3) if hours > 0 else 0.0}
 
 
-def rank_nodes(nodes: Mapping[str, NodeTally], rules: OffenderRules = OffenderRules()) -> List[Dict[str, Any]]:
+def rank_nodes(nodes: Mapping[str, NodeTally], rules: OffenderRules) -> List[Dict[str, Any]]:
     """``by_node``: every node that ran a job or was drained, worst first."""
     fleet = fleet_rates(nodes)
     tested = sum(1 for tally in nodes.values() if tally.node_seconds > 0)

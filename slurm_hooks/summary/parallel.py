@@ -169,13 +169,11 @@ def _queue(count: int) -> int:
     return read_end
 
 
-def tally_file(path: str, filters: Filters, workers: int, problems: List[str],
-               cap: Optional[LineCap] = None) -> Tally:
+def tally_file(path: str, filters: Filters, workers: int, problems: List[str], cap: LineCap) -> Tally:
     """The tally of a whole file read by ``workers`` processes: this one and forked children,
     each taking ranges from a shared queue until none are left (the reader of the range at
     byte 0 checks the header); lines past ``cap`` are counted into it. What was not a row is told as
     one pass would tell it: the first examples in the file, then the count."""
-    cap = cap if cap is not None else LineCap()
     delimiter = detect_delimiter(_first_line(path))
     ranges = byte_ranges(path, range_count(os.path.getsize(path), workers))
     job = (path, ranges, delimiter, filters, cap.cap)

@@ -67,7 +67,12 @@ def gpu_rows(tally: Tally) -> List[Dict[str, Any]]:
 
 
 def build(tally: Tally, window: Dict[str, Any], drained: List[Dict[str, Any]], notes: List[str],
-          rules: OffenderRules = OffenderRules(), source: str = "sacct") -> Dict[str, Any]:
+          rules: Optional[OffenderRules] = None, source: str = "sacct") -> Dict[str, Any]:
+    """The summary's JSON; ``rules``: ``[summary]``'s offender rules (None: the built-in ones)."""
+    if rules is None:
+        from healthcheck.config import Config
+
+        rules = OffenderRules.from_config(Config.builtin())
     tally.finish()
     total_gpu = tally.gpu_seconds
     by_cause = {}

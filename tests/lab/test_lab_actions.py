@@ -11,6 +11,8 @@ from healthcheck.findings import Finding
 from healthcheck.slurm.cli_backend import CliBackend
 from slurm_hooks.lab.commands import slurm_env
 
+from ..conftest import builtin_settings
+
 pytestmark = pytest.mark.lab
 
 # A cause the lab's own health check never resumes by itself ([health.resume] "gpu.remap.failed" =
@@ -30,7 +32,7 @@ def settle(backend: CliBackend, name: str, drained: bool, seconds: float = 10) -
 
 def test_drain_and_resume_through_the_real_backend_with_ownership(lab):
     backend = CliBackend(bin_dir=lab.paths.bin, slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=20)
-    policy = Policy()
+    policy = builtin_settings(Policy, resume_by_check={}, resume_by_xid_action={})
     try:
         lab.run("scontrol", "update", "nodename=gpu2", "state=drain", f"reason={ADMIN_REASON}").check_returncode()
 

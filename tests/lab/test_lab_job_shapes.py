@@ -15,6 +15,7 @@ import pytest
 
 from healthcheck.records import admin_comment as ac
 
+from ..conftest import builtin_settings
 from .conftest import slurm_gpu, wait_for
 
 SETTLE_S = 3.0                   # how long a job's rows must stay unchanged before a test writes to one
@@ -103,7 +104,7 @@ def _entry_lands_on_one_row_alone(lab, job: str, rows_wanted: int, target: str, 
     rows = wait_for(f"job {job}'s {rows_wanted} entries, unchanged for {SETTLE_S:g} s", every_entry, timeout=90)
     backend = CliBackend(bin_dir=lab.paths.bin, slurm_conf=lab.paths.slurm_conf, env=slurm_env(lab.paths), timeout_s=30)
     entry = {"node": node, "class": "NODE_FAIL"}
-    written = outbox.write_entries(SlurmAccounting(backend), target, [entry], outbox.DeliverySettings(jitter_s=0))
+    written = outbox.write_entries(SlurmAccounting(backend), target, [entry], builtin_settings(outbox.DeliverySettings, jitter_s=0))
     assert written.delivered, written
     after = {r["JobIDRaw"]: r for r in sacct(lab, job, "JobID,JobIDRaw,NodeList,AdminComment")}
     assert ac.contains(after[target]["AdminComment"], entry), after

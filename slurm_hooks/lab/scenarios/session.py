@@ -42,7 +42,9 @@ class LabSession:
     @property
     def drain_prefix(self) -> str:
         """The prefix of this tool's drain reasons (``[drain] reason_prefix``)."""
-        return self.config.section("drain")["reason_prefix"]
+        from healthcheck.config.settings import DrainSettings
+
+        return self.config.typed(DrainSettings).reason_prefix
 
     # -- small helpers ---------------------------------------------------------------------------
     def echo(self, message: str) -> None:
