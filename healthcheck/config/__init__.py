@@ -87,6 +87,7 @@ class Config:
         self.path = path
         self.document = document or {}      # what the admin's file itself says, before defaults
         self.base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+        self._typed: Dict[type, Any] = {}   # typed sections built so far (``typed``)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -134,10 +135,9 @@ class Config:
     def typed(self, kind: Type[T]) -> T:
         """The typed section ``kind`` (``config/settings.py``): built on first use from this
         config, then kept, so each section is read and cast once and only where it is read."""
-        built = self.__dict__.setdefault("_typed", {})
-        if kind not in built:
-            built[kind] = kind.from_config(self)  # type: ignore[attr-defined]
-        return built[kind]
+        if kind not in self._typed:
+            self._typed[kind] = kind.from_config(self)  # type: ignore[attr-defined]
+        return self._typed[kind]
 
     def resolve(self, path: str) -> str:
         """A path from the config file, relative to the file's own directory."""
