@@ -61,17 +61,30 @@ def _token(text: str) -> str:
 def format_reason(reason: DrainReason, prefix: str, max_len: int) -> str:
     """The reason text for ``scontrol update ... Reason=``; never longer than ``max_len`` (``prefix``
     and ``max_len``: ``[drain]``, ``config.settings.DrainSettings``)."""
-    keys = "".join(f" {_token(k).lower()}:{_token(v)}" for k, v in reason.keys.items())
-    head = f"{prefix} {VERSION} {_token(reason.check or 'unknown')} {_token(reason.subject)}{keys}"
+    head = _head(reason, prefix, max_len)
     summary = " ".join(str(reason.summary).split())      # one line, no control characters
     summary = "".join(ch for ch in summary if ch.isprintable())
     # "scontrol show node -o" starts a new field at " word=": a summary that quotes text a user
     # chose (a process name) must not add fields (" State=IDLE") to what Slurm prints back.
     summary = summary.replace("=", ":")
     text = f"{head}; {summary}" if summary else head
-    if len(text) > max_len:
-        text = text[:max(len(head), max_len - 3)].rstrip() + "..."
-    return text[:max(max_len, len(head))]
+    if len(text) <= max_len:
+        return text
+    room = max_len - len(head) - len("; ...")
+    return f"{head}; {summary[:room].rstrip()}..." if room > 0 else head
+
+
+def _head(reason: DrainReason, prefix: str, max_len: int) -> str:
+    """``<prefix> v1 <check> <subject>[ <key>:<value>]...`` in at most ``max_len`` characters: the
+    subject is cut to fit and a key token that does not fit whole is left out, so what is written
+    still parses back to its check."""
+    base = f"{prefix} {VERSION} {_token(reason.check or 'unknown')} "
+    head = base + _token(reason.subject)[:max(1, max_len - len(base))]
+    for key, value in reason.keys.items():
+        token = f" {_token(key).lower()}:{_token(value)}"
+        if len(head) + len(token) <= max_len:
+            head += token
+    return head[:max_len]
 
 
 def is_ours(text: Optional[str], prefix: str) -> bool:
