@@ -8,11 +8,15 @@ microsecond, paid once per needle per chunk. The search reads only ``buffer[star
 (bounds are checked here), and nothing is written.
 
 Where ``memmem`` cannot be had (no glibc, ctypes unusable), ``find`` is ``bytes.find``: the
-same answers, at the old speed. ``FAST`` says which one is in use.
+same answers, at the old speed. ``fast()`` says which one is in use.
+
+A span under ``SMALL`` bytes (what a periodic run reads past its cursor) is searched with
+``bytes.find``: there the ctypes call saves nothing, and importing ctypes (about 10 ms) would be
+the largest part of the search. ctypes is loaded on the first large span.
 """
 from __future__ import annotations
 
-from typing import Callable, Union
+from typing import Callable, Optional, Union
 
 Buffer = Union[bytes, bytearray]
 
@@ -62,5 +66,22 @@ def _load() -> Callable[[Buffer, bytes, int, int], int]:
     return find
 
 
-find = _load()
-FAST = find is not _py_find
+SMALL = 1 << 20
+_memmem: Optional[Callable[[Buffer, bytes, int, int], int]] = None
+
+
+def find(buffer: Buffer, needle: bytes, start: int, end: int) -> int:
+    if end - start < SMALL:
+        return buffer.find(needle, start, end)
+    return (_memmem or _load_once())(buffer, needle, start, end)
+
+
+def _load_once() -> Callable[[Buffer, bytes, int, int], int]:
+    global _memmem
+    _memmem = _load()
+    return _memmem
+
+
+def fast() -> bool:
+    """Whether large spans are searched with glibc's memmem."""
+    return (_memmem or _load_once()) is not _py_find
