@@ -56,10 +56,35 @@ def node(tmp_path):
     return Node(tmp_path)
 
 
-def test_a_healthy_run_asks_slurm_once_and_changes_nothing(node):
+def test_a_healthy_run_asks_slurm_nothing_once_its_boot_is_known(node):
+    # The fixture's first run of this boot asked (a state of no boot yet: learn from Slurm).
+    assert node.slurm.calls == [("node", "gpu2")]
     node.slurm.calls.clear()
     result = node.run_once()
-    assert result.decision.kind == "none" and result.committed
+    assert result.decision.kind == "none" and result.decision.rule == "healthy" and result.committed
+    assert node.slurm.calls == []
+    assert result.slurm_reachable and result.to_json()["decision"] == "none"
+
+
+def test_the_first_run_of_a_boot_asks_slurm_and_resumes_a_drain_of_ours_it_has_no_record_of(tmp_path):
+    """A stateless node rebooted with an empty state dir: our drain is known only to Slurm."""
+    node = Node(tmp_path)
+    reason = "gpu-hooks: v1 ib.port mlx5_0:1; port mlx5_0 port 1 is Down"
+    node.slurm.drain("gpu2", reason)
+    node.slurm.calls.clear()
+    assert node.run_once().decision.kind == "none"        # the boot is known: nothing asked
+    assert node.slurm.calls == []
+    node.sim.reboot()
+    result = node.run_once()
+    assert ("node", "gpu2") in node.slurm.calls
+    assert result.decision.kind == "resume" and not node.slurm_node.drained
+
+
+def test_a_run_with_a_cause_being_confirmed_asks_slurm(node):
+    node.slurm.calls.clear()
+    node.sim.inject([("ib.mlx5_3:1.state", "1: DOWN"), ("ib.mlx5_3:1.phys_state", "3: Disabled")])
+    result = node.run_once()
+    assert result.tally.pending and result.decision.kind != "drain"
     assert node.slurm.calls == [("node", "gpu2")]
 
 

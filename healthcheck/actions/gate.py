@@ -5,7 +5,9 @@ Every hook (health check, prolog, epilog) and ``slurm-gpu resume`` hand the gate
 alone does, in this order, under the node's decision lock (``serial.deciding_alone``):
 
 1. read what the health state remembers of our drain (cause, resume mode, boot: the *record*);
-2. read the node from Slurm (``backend.node``; no answer: ``slurm-unreachable-fault``, no change);
+2. read the node from Slurm (``backend.node``; no answer: ``slurm-unreachable-fault``, no change),
+   except on a health check's quiet run (``Session._quiet``: nothing to act on, no drain of ours
+   on record this boot), which asks Slurm nothing;
 3. decide (pure: ``decision.decide`` for a drain or a judged run, ``_admin_resume`` for the CLI):
    ownership (a reason that is not ours is never overwritten nor resumed), Slurm busy with the
    node, the resume mode and the reboot since the drain;
@@ -94,6 +96,7 @@ class Outcome:
     info: Optional[NodeInfo]                       # the node as Slurm showed it (None: no answer)
     notes: List[str] = field(default_factory=list)     # lines for the log (lock, budget, undo)
     budget_blocked: bool = False                   # the budget refused or undid the drain
+    asked: bool = True                             # Slurm was asked (a quiet health-check run does not ask)
 
 
 # -- the edge ----------------------------------------------------------------------------------------
@@ -243,13 +246,18 @@ class Session:
 
     def submit(self, request: Request) -> Outcome:
         now = time.time() if request.now is None else request.now
+        record = before = self.state.drained
+        causes = causes_for(request, self.policy)
+        if self._quiet(request, causes):
+            decision = Decision("none", request.node, "healthy", "no drain finding and no drain of ours on record "
+                                "this boot: Slurm not asked")
+            return Outcome(request, decision, Applied(decision, None, done=False), None, notes=list(self.notes),
+                           asked=False)
         try:
             info: Optional[NodeInfo] = self.backend.node(request.node)
             slurm_error = ""
         except SlurmError as exc:
             info, slurm_error = None, str(exc)
-        record = before = self.state.drained
-        causes = causes_for(request, self.policy)
         decision = DECIDERS[request.intent](request, info, slurm_error, self.policy, record, causes)
         outcome = Outcome(request, decision, Applied(decision, None, done=False), info, notes=list(self.notes))
         self._within_budget(outcome, now)
@@ -259,6 +267,15 @@ class Session:
         self._record(outcome, info, causes, now)
         self._episodes(outcome, before, now)
         return outcome
+
+    def _quiet(self, request: Request, causes: List[Any]) -> bool:
+        """A health check's run with nothing to act on: no cause confirmed or being confirmed,
+        and a health state of this boot that holds no drain of ours. Every drain of ours goes
+        through this gate and is recorded, so Slurm's view could change nothing: it is not asked
+        (at 256 nodes that is one controller RPC per node and health-check interval saved). The
+        first run of a boot, or one with no state (a stateless node's), asks and learns."""
+        return (request.intent == "judge" and not causes and not request.pending and self.state.drained is None
+                and bool(request.boot_id) and self.state.boot_id == request.boot_id)
 
     # -- remediation ([remediate], healthcheck/remediate/) --------------------------------------------
     def _episodes(self, outcome: Outcome, before, now: float) -> None:

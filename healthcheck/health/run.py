@@ -49,7 +49,7 @@ class HealthRun:
     state: Optional[node_state.NodeState] = None
     checks: List[str] = field(default_factory=list)     # the tier's check ids (for per-check metrics)
     remediation: Optional[Any] = None                   # gate.Outcome of the remediation's step ([remediate])
-    slurm_reachable: bool = True                        # the run's Slurm query answered
+    slurm_reachable: bool = True                        # the run's Slurm query answered (or none was needed)
     drained_by_us: Optional[str] = None                 # the cause Slurm holds the node drained for, ours
 
     @property
@@ -155,7 +155,7 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
         result = HealthRun(node=node, report=report, decision=outcome.decision, applied=outcome.applied,
                            tally=counted, boot_id=boot, in_grace=in_grace, dry_run=dry_run, started=started,
                            notes=outcome.notes + (remedy.notes if remedy else []), checks=list(config.tier(TIER)),
-                           remediation=remedy, slurm_reachable=outcome.info is not None,
+                           remediation=remedy, slurm_reachable=outcome.info is not None or not outcome.asked,
                            drained_by_us=_drained_by_us(outcome, door.state.drained, policy))
         if not dry_run:
             result.state = node_state.NodeState(
