@@ -112,7 +112,12 @@ def _stopped_by_watchdog(run, deadline: float, where: str):
 def _tool_error(run, exc: Exception):
     """The tool being broken is never the node being broken: nothing done, exit 0."""
     from .hooklib.skeleton import Ending
+    from .safeio.fsutil import NewerFormat
 
+    if isinstance(exc, NewerFormat):
+        # A rollback: a newer version's state file, left as it is until that version is back.
+        print(f"{PROG}: {run.node}: nothing done: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return Ending(0, {"result": "newer-state", "error": f"{exc.filename}: {exc.strerror}"})
     print(f"{PROG}: {run.node}: internal error, nothing done: {type(exc).__name__}: {exc}", file=sys.stderr)
     return Ending(0, {"result": "error", "error": f"{type(exc).__name__}: {exc}"})
 

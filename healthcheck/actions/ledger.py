@@ -193,7 +193,7 @@ def _problem(data: Dict[str, Any]) -> Optional[str]:
 
 
 def load(state_dir: str, node: str) -> Ledger:
-    return Ledger.from_json(read_state_json(ledger_path(state_dir, node), _problem))
+    return Ledger.from_json(read_state_json(ledger_path(state_dir, node), _problem, newest=VERSION))
 
 
 def save(state_dir: str, node: str, ledger: Ledger) -> None:

@@ -70,8 +70,10 @@ class NodeState:
 
 
 def load(state_dir: str, node: str, read_only: bool = False) -> NodeState:
-    """``read_only``: a reader that never writes (slurm-gpu-watch) leaves a corrupt file in place."""
-    return NodeState.from_json(read_state_json(state_path(state_dir, node), read_only=read_only))
+    """``read_only``: a reader that never writes (slurm-gpu-watch) leaves a corrupt file in place.
+    A file of a newer format (a rollback) raises ``fsutil.NewerFormat`` (nothing is written over
+    it); a read-only reader gets a fresh state."""
+    return NodeState.from_json(read_state_json(state_path(state_dir, node), read_only=read_only, newest=VERSION))
 
 
 def save(state_dir: str, node: str, state: NodeState) -> None:

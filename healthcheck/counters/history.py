@@ -15,6 +15,8 @@ from ..safeio.fsutil import FILE_MODE, atomic_write, ensure_dir, ensure_state_di
 from .growth_rate import Series, add_samples
 from ..safeio.jsontypes import is_number
 
+VERSION = 1        # of the file's format; a newer one (a rollback) is left as it is
+
 
 def history_problem(doc: Dict[str, Any]) -> Optional[str]:
     """What is wrong with a saved history; None when every sample is [time, value], both numbers."""
@@ -50,9 +52,10 @@ class CounterHistory:
 
     def load(self) -> Dict[str, Series]:
         """The saved series; none (a new baseline) when the file is absent or not ours, or set
-        aside as ``<file>.corrupt`` when it does not match its schema."""
+        aside as ``<file>.corrupt`` when it does not match its schema. A newer format raises
+        ``NewerFormat`` (an OSError): growth is not judged, and nothing is written over it."""
         identity = self._identity()
-        doc = read_state_json(self.path, history_problem)
+        doc = read_state_json(self.path, history_problem, newest=VERSION)
         if doc is None:
             self._loaded = None
             return {}
@@ -75,5 +78,5 @@ class CounterHistory:
                 current = self.load()
                 self._loaded = None
             series = add_samples(current, samples, now)
-            atomic_write(self.path, json.dumps({"version": 1, "series": series}, separators=(",", ":")),
+            atomic_write(self.path, json.dumps({"version": VERSION, "series": series}, separators=(",", ":")),
                          mode=FILE_MODE)

@@ -31,6 +31,10 @@ from ..safeio.fsutil import atomic_write, ensure_dir, ensure_state_dir, locked, 
 from ..safeio.fsutil import read_state_json as read_json
 from ..safeio.jsontypes import field_problem, is_int, is_str, optional
 
+# The format of the cursor and flood files (``version``; none: 1). A newer one (a rollback) is
+# left as it is: the kernel log is not judged (probe.error) until that version is back.
+VERSION = 1
+
 
 _NON_NEGATIVE = lambda value: is_int(value) and value >= 0   # noqa: E731
 # What each kind of cursor must hold ("source" too: the source it belongs to).
@@ -74,18 +78,19 @@ class StateStore:
                 wrong = f"it belongs to another source ({data['source']!r})"
             return wrong
 
-        return read_json(self.cursor_path(kind, source), problem)
+        return read_json(self.cursor_path(kind, source), problem, newest=VERSION)
 
     def save_cursor(self, kind: str, source: str, cursor: Dict[str, Any]) -> None:
-        atomic_write(self.cursor_path(kind, source), json.dumps(dict(cursor, source=source), sort_keys=True))
+        atomic_write(self.cursor_path(kind, source),
+                     json.dumps(dict(cursor, source=source, version=VERSION), sort_keys=True))
 
     def load_flood(self) -> Dict[str, Any]:
         from .flood import state_problem
 
-        return read_json(os.path.join(self.dir, "flood.json"), state_problem) or {}
+        return read_json(os.path.join(self.dir, "flood.json"), state_problem, newest=VERSION) or {}
 
     def save_flood(self, state: Dict[str, Any]) -> None:
-        atomic_write(os.path.join(self.dir, "flood.json"), json.dumps(state, sort_keys=True))
+        atomic_write(os.path.join(self.dir, "flood.json"), json.dumps(dict(state, version=VERSION), sort_keys=True))
 
     def clear_flood(self) -> None:
         """No flood state (what an empty one says, ``load_flood``): a file left from an earlier

@@ -172,7 +172,6 @@ class FloodTracker:
                 if event.last_seen is not None and now - event.last_seen <= self.window_s]
         keep = sorted(keep, key=lambda event: event.last_seen or 0.0)[-self.max_groups:]
         return {
-            "version": 1,
             "events": [_state_json(event) for event in keep],
             "bursts": {name: {"starts": bursts.starts, "last": bursts.last}
                        for name, bursts in self.bursts.items() if bursts.wall and bursts.last is not None},

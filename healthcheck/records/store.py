@@ -74,7 +74,8 @@ def write_record(state_dir: str, record: Dict[str, Any]) -> str:
     record = dict(record)
     record.setdefault("v", RECORD_VERSION)
     path = record_path(state_dir, record["job_id"], record["node"])
-    before = fsutil.read_state_json(path)
+    # A record of a newer format (a rollback) raises fsutil.NewerFormat: it is not replaced.
+    before = fsutil.read_state_json(path, newest=RECORD_VERSION, version_key="v")
     if before is not None and "run" in record and before.get("run", 0) != record["run"]:
         run = fsutil.path_component(str(before.get("run", 0)))
         os.replace(path, os.path.join(os.path.dirname(path), f"{node_file(record['node'])}{RUN_INFIX}{run}.json"))

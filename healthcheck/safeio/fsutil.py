@@ -231,9 +231,20 @@ def locked(path: str, timeout_s: Optional[float] = None) -> Iterator[None]:
         os.close(fd)
 
 
+class NewerFormat(OSError):
+    """A state file in a format newer than this code reads: written by a newer version of this
+    tool, read by an older one after a rollback. It is left exactly as it is (never set aside,
+    never rewritten): the newer version reads it again once it is back."""
+
+
 def read_state_json(path: str, problem_of: Optional[Callable[[Dict[str, Any]], Optional[str]]] = None,
-                    read_only: bool = False) -> Optional[Dict[str, Any]]:
+                    read_only: bool = False, newest: Optional[int] = None,
+                    version_key: str = "version") -> Optional[Dict[str, Any]]:
     """A state file's JSON object, or None: the caller starts afresh, never fails the hook.
+
+    ``newest``: the newest format this code reads; a file whose ``version_key`` is a larger
+    integer (a file without one is format 1) raises ``NewerFormat`` before its schema is checked,
+    so that the caller writes nothing over it; a ``read_only`` reader gets None for it.
 
     None when the file is absent or not ours (a link, another owner, world-writable, not a
     regular file): left alone. A file of ours that is too big, not JSON (NaN and Infinity
@@ -261,6 +272,13 @@ def read_state_json(path: str, problem_of: Optional[Callable[[Dict[str, Any]], O
         os.close(fd)
     if problem is None and not isinstance(data, dict):
         problem = f"a JSON {type(data).__name__}, not an object"
+    if problem is None and newest is not None:
+        version = data.get(version_key, 1)
+        if isinstance(version, int) and not isinstance(version, bool) and version > newest:
+            if read_only:
+                return None
+            raise NewerFormat(errno.EPROTO, f"format {version} of a newer slurm-gpu-hooks (this version reads up "
+                                            f"to {newest}): left as it is", path)
     if problem is None and problem_of is not None:
         problem = problem_of(data)
     if problem is not None:
