@@ -16,7 +16,7 @@ from healthcheck.kernellog.cursor import StateStore
 from healthcheck.records import store
 from healthcheck.safeio.fsutil import NewerFormat
 
-from .test_healthcheck_program import program, write_config
+from .test_healthcheck_program import inject, program, write_config
 
 NODE = "gpu1"
 
@@ -102,13 +102,20 @@ def test_a_newer_job_record_is_not_replaced(tmp_path):
     left_alone(path, body)
 
 
-def test_the_health_check_after_a_rollback_says_one_line_drains_nothing_and_exits_0(tmp_path):
+def test_the_health_check_after_a_rollback_keeps_checking_and_writes_nothing_over_the_newer_state(tmp_path):
+    """It judges and acts as a node with no state would (one line says why each run), and the
+    newer version finds its file as it left it."""
     config = write_config(tmp_path)
     path = node_state.state_path(str(tmp_path / "state"), NODE)
     body = newer(path)
     done = program("--config", config, "--node", NODE)
     assert done.returncode == 0, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "format 2 of a newer slurm-gpu-hooks" in lines[0] and "nothing done" in lines[0], lines
-    assert "Traceback" not in done.stderr and "update" not in done.stdout
+    assert len(lines) == 1 and "format 2 of a newer slurm-gpu-hooks" in lines[0] and "keeps no state" in lines[0], lines
+    assert "Traceback" not in done.stderr
+    left_alone(path, body)
+    inject(config, "gpu.3.ecc.volatile_uncorrected=2")
+    done = program("--config", config, "--node", NODE, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["decision"] == "drain"          # a real fault still drains
     left_alone(path, body)

@@ -242,7 +242,10 @@ class Session:
         self.state_dir, self.policy, self.dry_run = state_dir, policy, dry_run
         self.budget = config.typed(budget.Budget)
         self.notes: List[str] = [unlocked] if unlocked else []
-        self.state = node_state.load(state_dir, node)
+        # A newer version's state (a rollback): decided on afresh, never written over (``save``).
+        self.state, self.newer = node_state.load_kept(state_dir, node)
+        if self.newer:
+            self.notes.append(self.newer)
 
     def submit(self, request: Request) -> Outcome:
         now = time.time() if request.now is None else request.now
@@ -307,7 +310,7 @@ class Session:
         """Write the health state (``state``, else the session's); a problem as one line."""
         if state is not None:
             self.state = state
-        if self.dry_run:
+        if self.dry_run or self.newer:
             return None
         try:
             node_state.save(self.state_dir, self.node, self.state)

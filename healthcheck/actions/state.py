@@ -10,7 +10,7 @@ import os
 from ..plain import asdict, field, plain
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..safeio.fsutil import atomic_write, path_component, read_state_json
+from ..safeio.fsutil import NewerFormat, atomic_write, path_component, read_state_json
 
 VERSION = 1
 
@@ -74,6 +74,15 @@ def load(state_dir: str, node: str, read_only: bool = False) -> NodeState:
     A file of a newer format (a rollback) raises ``fsutil.NewerFormat`` (nothing is written over
     it); a read-only reader gets a fresh state."""
     return NodeState.from_json(read_state_json(state_path(state_dir, node), read_only=read_only, newest=VERSION))
+
+
+def load_kept(state_dir: str, node: str) -> Tuple[NodeState, Optional[str]]:
+    """``(state, None)``; or, when a newer version wrote the file (a rollback), a fresh state and
+    the line that says so: the caller runs on it and writes nothing over that file."""
+    try:
+        return load(state_dir, node), None
+    except NewerFormat as exc:
+        return NodeState(), f"health state {exc.filename}: {exc.strerror}; this run keeps no state"
 
 
 def save(state_dir: str, node: str, state: NodeState) -> None:

@@ -1,5 +1,5 @@
-"""One health-check run, composed: checks -> causes confirmed over runs -> one Slurm query ->
-decision -> drain budget -> apply -> state saved -> kernel-log cursor and counters committed ->
+"""One health-check run, composed: checks -> causes confirmed over runs -> one Slurm query (none
+on a quiet run: ``gate.Session._quiet``) -> decision -> drain budget -> apply -> state saved -> kernel-log cursor and counters committed ->
 outputs -> post-decision steps.
 
 Read, act, then commit: what the run read from the kernel log is committed only when the
@@ -129,7 +129,7 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     clock = time.monotonic()
     policy = config.typed(HealthPolicy)
     boot = gate.read_boot_id(sources.boot_id_path)
-    previous = node_state.load(sources.state_dir, node)
+    previous, _ = node_state.load_kept(sources.state_dir, node)     # a newer version's: the gate says so
     runs_in_boot = previous.runs_in_boot + 1 if previous.boot_id == boot else 1
     in_grace = runs_in_boot <= policy.boot_grace_runs
 
