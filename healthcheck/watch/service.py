@@ -36,11 +36,16 @@ RUN_TIMEOUT_S = 60.0             # slurmd's own kill of a HealthCheckProgram
 REPEAT_S = 60.0                  # the same event starts another run only after this
 ERROR_BACKOFF_MAX_S = 60.0
 BOOT_LOOK_S = 2.0                # how often the boot id is read (a small file)
+# An idle watcher with a doorbell (/dev/kmsg) wakes only for its duties, this often at most: the
+# boot id (BOOT_LOOK_S). Issue 30's target: at most 1 wake-up a second on an idle node.
+IDLE_S = BOOT_LOOK_S
 
 
 # -- knowing when the log may hold something new ----------------------------------------------------
 class FileWake:
     """A file source: something new when its inode, size or mtime moved (a stat per poll)."""
+
+    doorbell = False                # looked at every [watch] poll_s
 
     def __init__(self, path: str):
         self.path = path
@@ -64,7 +69,10 @@ class FileWake:
 
 class KmsgWake:
     """``/dev/kmsg``: the kernel wakes ``poll`` when a record is added. The watcher's own
-    descriptor is only a doorbell (read and dropped); the reader reads from its cursor."""
+    descriptor is only a doorbell (read and dropped); the reader reads from its cursor. Idle, the
+    watcher sleeps in ``poll`` until a record or its next duty (``IDLE_S``), not every poll_s."""
+
+    doorbell = True
 
     def __init__(self, path: str = "/dev/kmsg"):
         self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -107,6 +115,8 @@ class KmsgWake:
 
 class TimedWake:
     """journalctl: no doorbell worth its cost here; look every poll."""
+
+    doorbell = False
 
     def changed(self) -> bool:
         return True
@@ -278,7 +288,7 @@ class Watcher:
                     self.reap()
                 return 0
             now = self.clock()
-            timeout = self.settings.poll_s
+            timeout = IDLE_S if wake.doorbell else self.settings.poll_s
             due = self.trigger.wait_s(now)
             if due is not None:
                 timeout = min(timeout, due)
