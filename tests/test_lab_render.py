@@ -70,6 +70,49 @@ def test_three_nodes_with_eight_gpus_and_distinct_ports():
     assert gres == [f"NodeName={n} Name=gpu File={LAB.fake_gpu_dir(n)}/nvidia[0-7]" for n in P.NODES]
 
 
+def test_n_nodes_each_with_its_port_gres_and_profile():
+    """`lab up --nodes 256`: gpu1..gpu256, one slurmd port each, every node bound to the healthy
+    H100 profile and matched by the hooks config's [[nodes]]."""
+    nodes = P.node_names(P.MAX_NODES)
+    text = render.slurm_conf(LAB, options(nodes=nodes))
+    lines = [line for line in conf_lines(text) if line.startswith("NodeName=")]
+    assert [re.search(r"NodeName=(\S+)", n).group(1) for n in lines] == [f"gpu{i}" for i in range(1, 257)]
+    ports = [int(re.search(r"Port=(\d+)", n).group(1)) for n in lines]
+    assert ports == list(range(P.SLURMD_FIRST_PORT, P.SLURMD_FIRST_PORT + 256))
+    assert "Nodes=gpu[1-256]" in text
+    assert len(conf_lines(render.gres_conf(LAB, options(nodes=nodes)))) == 256
+    from healthcheck.safeio import tomlio
+
+    config = Config.from_document(tomlio.loads(render.hooks_config(LAB, options(nodes=nodes))),
+                                  os.path.join(LAB.etc, "slurm-gpu-hooks.toml"))
+    for node in ("gpu1", "gpu128", "gpu256"):
+        assert config.sim_profile_path(node) == os.path.join(LAB.sim_profiles, "h100-healthy.toml")
+        assert config.expected_hardware(node)["gpus"] == 8
+
+
+def test_the_lab_reads_its_node_count_and_falls_back_to_three(tmp_path):
+    lab = LabPaths(str(tmp_path))
+    assert lab.nodes() == P.NODES == ("gpu1", "gpu2", "gpu3")          # nothing recorded
+    os.makedirs(lab.etc)
+    for text, expected in (("8\n", P.node_names(8)), ("256", P.node_names(256)), ("0", P.NODES),
+                           ("257", P.NODES), ("many", P.NODES)):
+        with open(lab.nodes_file, "w", encoding="ascii") as handle:
+            handle.write(text)
+        assert lab.nodes() == expected, text
+    assert P.slurmd_port("gpu1") == P.SLURMD_FIRST_PORT and P.slurmd_port("gpu256") == P.SLURMD_FIRST_PORT + 255
+
+
+def test_resizing_a_lab_that_is_not_there_records_the_count(tmp_path):
+    from slurm_hooks.lab import cluster
+
+    lab = LabPaths(str(tmp_path / "lab"))
+    assert cluster.resize(lab, 16, print) == 3                             # from the default
+    assert lab.nodes() == P.node_names(16)
+    assert cluster.resize(lab, 16, print) is None
+    with pytest.raises(Exception, match="1 to 256"):
+        cluster.resize(lab, 300, print)
+
+
 def test_two_partitions_with_different_priority_tiers():
     parts = [line for line in conf_lines(render.slurm_conf(LAB, options())) if line.startswith("PartitionName=")]
     tiers = {re.search(r"PartitionName=(\S+)", p).group(1): int(re.search(r"PriorityTier=(\d+)", p).group(1))

@@ -68,11 +68,16 @@ def lab() -> None:
 @click.option("--health-interval", "health_interval", type=click.IntRange(min=0, max=86400), default=None,
               metavar="SECONDS", help="slurm.conf's HealthCheckInterval (default: 10); a change restarts "
               "slurmctld and the slurmd, and the next `lab up` without it goes back to 10.")
+@click.option("--nodes", "nodes", type=click.IntRange(min=1, max=256), default=None, metavar="N",
+              help="How many nodes, gpu1..gpuN, each with its slurmd, its simulated GPUs (the shipped healthy "
+                   "H100 profile) and its slurm-gpu-watch (default: 3). Another count than the running lab's "
+                   "stops it first; the next `lab up` without it goes back to 3.")
 @click.option("--clean", is_flag=True,
               help="Stop the lab and wipe what earlier runs left (the hooks' state and outbox, jobs' output, "
                    "slurmctld's state, the slurmd spools, the accounting database) before starting it.")
 @_guarded
-def up(directory: Optional[str], version: Optional[str], health_interval: Optional[int], clean: bool) -> None:
+def up(directory: Optional[str], version: Optional[str], health_interval: Optional[int], nodes: Optional[int],
+       clean: bool) -> None:
     """Install what is missing, start every daemon and one slurm-gpu-watch per node, install the
     hooks (idempotent).
 
@@ -81,7 +86,7 @@ def up(directory: Optional[str], version: Optional[str], health_interval: Option
     from slurm_hooks.lab import cluster
 
     paths = _lab_paths(directory)
-    cluster.up(paths, click.echo, version, health_interval=health_interval, clean=clean)
+    cluster.up(paths, click.echo, version, health_interval=health_interval, clean=clean, nodes=nodes)
     for line in cluster.describe_up(paths):
         click.echo(line)
 
@@ -115,14 +120,17 @@ def status(directory: Optional[str], as_json: bool) -> None:
     rows, states, detail = cluster.status(paths)
     running = [name for name, pid in rows if pid]
     release = releases.current(paths)
+    rss = {name: cluster.rss_kib(pid) for name, pid in rows if pid}
     if as_json:
         click.echo(json.dumps(versioned({"dir": paths.root, "daemons": {n: p for n, p in rows},
-                                         "nodes": states, "slurm": release.version}), indent=2, sort_keys=True))
+                                         "rss_kib": rss, "nodes": states, "slurm": release.version}),
+                              indent=2, sort_keys=True))
     else:
         click.echo(f"lab directory: {paths.root}")
         click.echo(f"slurm: {release.describe()}")
         for name, pid in rows:
-            click.echo(f"  {name:<12} {'running, pid ' + str(pid) if pid else 'stopped'}")
+            memory = f", rss {rss[name] / 1024:.1f} MiB" if rss.get(name) is not None else ""
+            click.echo(f"  {name:<12} {'running, pid ' + str(pid) + memory if pid else 'stopped'}")
         for line in detail:
             click.echo(f"  {line}")
     if len(running) == len(rows):

@@ -37,14 +37,14 @@ def prepare_tree(lab: LabPaths) -> None:
                  lab.fakedev, lab.state, lab.jobs, lab.bin, lab.rootfs_dir):
         make_dir(path)
     make_dir(lab.ctld_state, 0o700)
-    for node in P.NODES:
+    for node in lab.nodes():
         make_dir(os.path.join(lab.spool, node))
         make_dir(lab.fake_gpu_dir(node))
 
 
 def make_fake_gpus(lab: LabPaths) -> None:
     """nvidia0..7 per node: character devices (major 195) that slurmd accepts as GPU files."""
-    for node in P.NODES:
+    for node in lab.nodes():
         for index in range(P.GPUS_PER_NODE):
             path = os.path.join(lab.fake_gpu_dir(node), f"nvidia{index}")
             wanted = os.makedev(NVIDIA_MAJOR, index)
@@ -96,9 +96,9 @@ def render_all(lab: LabPaths, opts: Optional[render.RenderOptions] = None) -> Li
     return changed
 
 
-def remove_cgroups(root: str = render.CGROUP_MEMORY) -> None:
+def remove_cgroups(lab: LabPaths, root: str = render.CGROUP_MEMORY) -> None:
     """rmdir the empty cgroups task/cgroup leaves behind (slurm_gpuN/...), deepest first."""
-    for node in P.NODES:
+    for node in lab.nodes():
         top = os.path.join(root, f"slurm_{node}")
         if not os.path.isdir(top) or os.path.islink(top):
             continue
@@ -123,7 +123,7 @@ def reset_sim_nodes(lab: LabPaths) -> None:
     from healthcheck.sim.node import SimNode
 
     config = Config.load(lab.hooks_config)
-    for node in P.NODES:
+    for node in lab.nodes():
         sim = SimNode(config.state_dir, node, config.sim_profile_path(node))
         # `lab up` starts every node from its profile. The lab's state dir outlives checkouts
         # (it is machine-wide), so what another version of the simulator left there is removed,
@@ -188,9 +188,10 @@ def check_lab_dir(lab: LabPaths) -> None:
 
 
 def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None,
-       health_interval: Optional[int] = None, clean: bool = False) -> Dict[str, object]:
+       health_interval: Optional[int] = None, clean: bool = False, nodes: Optional[int] = None) -> Dict[str, object]:
     """Bring the lab up on Slurm ``version`` (None: the default release). ``health_interval``:
-    slurm.conf's HealthCheckInterval (None: the lab's default, 10 s). ``clean``: stop the lab
+    slurm.conf's HealthCheckInterval (None: the lab's default, 10 s). ``nodes``: how many nodes,
+    gpu1..gpuN (None: the default 3); another count than the running lab's stops it first. ``clean``: stop the lab
     and wipe its state first (``wipe_state``): the cluster and the hooks start as on a new
     machine, whatever an earlier run left."""
     require_root()
@@ -201,7 +202,7 @@ def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None
         if clean:
             _down(lab, echo)
             wiped = wipe_state(lab, make_say(lab, echo))
-        result = _up(lab, echo, release, health_interval)
+        result = _up(lab, echo, release, health_interval, nodes)
         result["wiped"] = wiped
         return result
 
@@ -251,11 +252,14 @@ def switch_release(lab: LabPaths, release: releases.Release, echo: Callable[[str
 
 
 def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
-        health_interval: Optional[int] = None) -> Dict[str, object]:
+        health_interval: Optional[int] = None, nodes: Optional[int] = None) -> Dict[str, object]:
     began = time.monotonic()
     before = switch_release(lab, release, echo)
+    resized = resize(lab, nodes or P.DEFAULT_NODE_COUNT, echo)
     prepare_tree(lab)
     say = make_say(lab, echo)
+    if resized:
+        say(f"the lab had {resized} node(s): stopped it to start it with {len(lab.nodes())}")
     if before:
         say(f"switched the lab from Slurm {before} to {release.version}: stopped it and removed its state")
     write_if_changed(lab.release_file, release.version + "\n", 0o644)
@@ -302,8 +306,9 @@ def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
             D.setup_database(lab, db_password(lab))
     if started:
         say("wait for every node to register")
-    D.wait_for("nodes gpu1..gpu3", lambda: all(D.node_responding(D.node_states(lab).get(n, ""))
-                                                for n in P.NODES), 30, log_hint=lab.log)
+    nodes = lab.nodes()
+    D.wait_for(f"nodes {render.nodelist(nodes)}", lambda: all(D.node_responding(D.node_states(lab).get(n, ""))
+                                                          for n in nodes), 30, log_hint=lab.log)
     started += watchers.start_all(lab, say)
     started += monitoring.up(lab, say)
     elapsed = time.monotonic() - began
@@ -311,6 +316,33 @@ def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
         f"({'started ' + ', '.join(started) if started else 'everything already ran'})")
     return {"started": started, "seconds": elapsed, "installed": installed, "release": release.version,
             "rootfs_build_seconds": built}
+
+
+def rss_kib(pid: int) -> Optional[int]:
+    """A process's resident memory (``VmRSS`` of /proc/PID/status), KiB; None when it is gone."""
+    try:
+        with open(f"/proc/{int(pid)}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def resize(lab: LabPaths, count: int, echo: Callable[[str], None]) -> Optional[int]:
+    """Record ``count`` nodes for the lab (``LabPaths.nodes``); a running lab with another count is
+    stopped first, with the nodes it has (its slurm.conf, slurmd and watchers change). The count
+    it had, when it changed."""
+    if not 1 <= count <= P.MAX_NODES:
+        raise LabError(f"--nodes {count}: the lab has 1 to {P.MAX_NODES} nodes")
+    had = len(lab.nodes())
+    if had != count and os.path.isdir(lab.root):
+        _down(lab, echo)
+    make_dir(lab.root)
+    make_dir(lab.etc)
+    write_if_changed(lab.nodes_file, f"{count}\n", 0o644)
+    return had if had != count else None
 
 
 def describe_up(lab: LabPaths) -> List[str]:
@@ -370,7 +402,7 @@ def _down(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
         say(f"stopping {len(rest)} leftover lab process(es): {', '.join(sorted(set(rest.values())))}")
         D.signal_and_wait(rest, 5, say)
     remaining = D.leftovers(lab)
-    remove_cgroups()
+    remove_cgroups(lab)
     if remaining:
         raise LabError("still running after lab down: " +
                        ", ".join(f"{name} (pid {pid})" for pid, name in sorted(remaining.items())))

@@ -287,7 +287,7 @@ def daemons(lab: LabPaths) -> List[Daemon]:
         Daemon("slurmctld", "slurmctld", lab.slurmctld_pid, lab.slurmctld_log,
                _start_slurm([command(lab, "slurmctld")]), _slurmctld_ready, 30, 15),
     ]
-    for node in P.NODES:
+    for node in lab.nodes():
         table.append(Daemon(f"slurmd {node}", "slurmd", lab.slurmd_pid(node), lab.slurmd_log(node),
                             _start_slurmd(node), _slurmd_ready(node), 30, 10))
     return table

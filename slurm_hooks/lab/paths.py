@@ -31,7 +31,18 @@ from typing import Mapping, Optional, Tuple
 DEFAULT_LAB_DIR = "/var/tmp/slurm-gpu-lab"
 LAB_DIR_ENV = "SLURM_GPU_LAB_DIR"
 
-NODES: Tuple[str, ...] = ("gpu1", "gpu2", "gpu3")
+DEFAULT_NODE_COUNT = 3
+MAX_NODES = 256
+NODE_PREFIX = "gpu"
+
+
+def node_names(count: int) -> Tuple[str, ...]:
+    """gpu1..gpuN: the lab's nodes, as ``lab up --nodes N`` makes them."""
+    return tuple(f"{NODE_PREFIX}{number}" for number in range(1, count + 1))
+
+
+# The default lab's nodes (``lab up`` without --nodes): what the lab tests and scenarios name.
+NODES: Tuple[str, ...] = node_names(DEFAULT_NODE_COUNT)
 GPUS_PER_NODE = 8
 CPUS_PER_NODE = 8
 REAL_MEMORY_MB = 2000
@@ -99,6 +110,20 @@ class LabPaths:
     @property
     def db_password_file(self) -> str:
         return self._p("etc", "db-password")
+
+    @property
+    def nodes_file(self) -> str:
+        """How many nodes the lab was last brought up with (``lab up --nodes N``)."""
+        return self._p("etc", "nodes")
+
+    def nodes(self) -> Tuple[str, ...]:
+        """The lab's nodes: gpu1..gpuN as the last ``lab up`` made them (none recorded: the default 3)."""
+        try:
+            with open(self.nodes_file, encoding="ascii") as handle:
+                count = int(handle.read().strip())
+        except (OSError, ValueError):
+            return NODES
+        return node_names(count) if 1 <= count <= MAX_NODES else NODES
 
     @property
     def release_file(self) -> str:
@@ -244,7 +269,7 @@ class LabPaths:
     def log_files(self) -> Tuple[Tuple[str, str], ...]:
         """(what, path) of every log an admin would read."""
         rows = [("slurmctld", self.slurmctld_log), ("slurmdbd", self.slurmdbd_log)]
-        rows += [(f"slurmd {node}", self.slurmd_log(node)) for node in NODES]
+        rows += [(f"slurmd {node}", self.slurmd_log(node)) for node in self.nodes()]
         rows += [("mariadbd", self.mysql_log), ("munged", self.munge_log),
                  ("lab (this tool)", self.lab_log),
                  ("hook-run journal", os.path.join(self.state, "hook-runs")),
@@ -253,4 +278,5 @@ class LabPaths:
 
 
 def slurmd_port(node: str) -> int:
-    return SLURMD_FIRST_PORT + NODES.index(node)
+    """gpuN listens on SLURMD_FIRST_PORT + N - 1 (one port per slurmd on the one host)."""
+    return SLURMD_FIRST_PORT + int(node[len(NODE_PREFIX):]) - 1

@@ -66,7 +66,7 @@ class RenderOptions:
 
         from .rootfs import VENV, marker
 
-        opts = replace(cls.here(), slurm_bin=lab.bin)
+        opts = replace(cls.here(), slurm_bin=lab.bin, nodes=lab.nodes())
         if release.rootfs:
             opts = replace(opts, bin_dir=f"{VENV}/bin", python=f"{VENV}/bin/python",
                            rootfs=lab.rootfs(release.version), marker=marker(release))

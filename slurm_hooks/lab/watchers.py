@@ -55,7 +55,7 @@ def pid(lab: LabPaths, node: str) -> Optional[int]:
 
 
 def rows(lab: LabPaths) -> List[tuple]:
-    return [(f"watch {node}", pid(lab, node)) for node in P.NODES]
+    return [(f"watch {node}", pid(lab, node)) for node in lab.nodes()]
 
 
 def start(lab: LabPaths, node: str, say: Say, timeout: float = 20, config: Optional[str] = None) -> bool:
@@ -86,7 +86,7 @@ def start(lab: LabPaths, node: str, say: Say, timeout: float = 20, config: Optio
 
 
 def start_all(lab: LabPaths, say: Say) -> List[str]:
-    started = [f"watch {node}" for node in P.NODES if start(lab, node, say)]
+    started = [f"watch {node}" for node in lab.nodes() if start(lab, node, say)]
     if started:
         say(f"started {', '.join(started)} (slurm-gpu-watch, one per node)")
     return started
@@ -94,7 +94,7 @@ def start_all(lab: LabPaths, say: Say) -> List[str]:
 
 def stop_all(lab: LabPaths, say: Say) -> List[str]:
     pids: Dict[int, str] = {}
-    for node in P.NODES:
+    for node in lab.nodes():
         found = pid(lab, node)
         if found is not None:
             pids[found] = f"watch {node}"
