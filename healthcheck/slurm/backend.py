@@ -121,7 +121,7 @@ def gpu_gres(text: str) -> Dict[str, int]:
         if entry.strip() in ("", "(null)") or fields[0] != "gpu":
             continue
         count = 1
-        if len(fields) > 1 and fields[-1].isdigit():
+        if len(fields) > 1 and fields[-1].isascii() and fields[-1].isdigit():
             count = int(fields.pop())
         if len(fields) > 2 or any(not f for f in fields):
             raise ValueError(f"Gres entry {entry!r} is not gpu[:TYPE][:COUNT]")
