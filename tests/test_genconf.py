@@ -220,3 +220,10 @@ def test_the_example_in_the_docs_is_what_it_prints():
         page = handle.read().split("## `slurm-gpu genconf`", 1)[1]
     shown = page.split("```toml\n", 1)[1].split("```\n", 1)[0]
     assert genconf("--sim", "h100-healthy", "--match", "gpu[001-064]").stdout == shown
+
+
+def test_a_driver_that_cannot_report_the_fabric_is_said():
+    gpus = [GpuFacts(index=0, name="NVIDIA H100 80GB HBM3", driver_missing={"fabric": "nvmlDeviceGetGpuFabricInfo"})]
+    entry, notes = node_entry("gpu1", NvmlFacts(device_count=1, gpus=gpus), IbFacts())
+    assert entry["nvswitch_fabric"] is False and entry["ib_ports"] == []
+    assert notes == ["this driver cannot report the NVSwitch fabric: nvswitch_fabric = false may be wrong"]

@@ -53,6 +53,8 @@ def _gpu_keys(nvml: NvmlFacts, notes: List[str]) -> Dict[str, Any]:
     # No NVLink reported, or every link present but down (PCIe cards without a bridge): 0.
     out["nvlinks_per_gpu"] = max(sum(1 for up in (gpu.nvlink_states or {}).values() if up) for gpu in answered)
     out["nvswitch_fabric"] = any(gpu.fabric_state in _FABRIC_PRESENT for gpu in answered)
+    if not out["nvswitch_fabric"] and any("fabric" in gpu.driver_missing for gpu in answered):
+        notes.append("this driver cannot report the NVSwitch fabric: nvswitch_fabric = false may be wrong")
     limits = [gpu.power_limit_w for gpu in answered if gpu.power_limit_w is not None]
     if limits:
         out["power_limit_w"] = max(limits)

@@ -13,7 +13,7 @@ import click
 
 from healthcheck.config import node_name
 
-from .common import EXIT_USAGE, config_option, fail, load_config, node_or_sim_sources, versioned
+from .common import config_option, fail, load_config, node_or_sim_sources, versioned
 
 EXIT_SLURM_DIFFERS = 1
 EXIT_NOT_PROBED = 3
