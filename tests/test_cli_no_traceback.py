@@ -35,7 +35,8 @@ PATHS = ["loop", "afile/x", LONG, "adir", "fifo", "/dev/zero"]
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p[:10])
 @pytest.mark.parametrize("command", [["config", "check", "{p}"], ["check", "--config", "{p}", "--node", "gpu1"],
                                      ["check", "--sim", "./{p}", "--node", "gpu1"], ["xid", "scan", "{p}"],
-                                     ["sim", "show", "--config", "{p}", "gpu1"]], ids=" ".join)
+                                     ["sim", "show", "--config", "{p}", "gpu1"],
+                                     ["genconf", "--config", "{p}"], ["genconf", "--sim", "./{p}"]], ids=" ".join)
 def test_odd_paths_give_one_line(odd_paths, monkeypatch, command, path):
     monkeypatch.chdir(odd_paths)
     one_line_error(run_cli([part.replace("./{p}", path if path.startswith("/") else "./" + path).replace("{p}", path)

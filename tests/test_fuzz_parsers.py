@@ -171,6 +171,20 @@ def test_any_scontrol_record_parses_to_a_dict_of_strings(line):
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
 
 
+@FAST
+@given(st.text(alphabet="gpu:h10a,()S-_n" + string.digits, max_size=80) | st.text(max_size=80))
+@example("gpu:h100:8(S:0-1)")
+def test_any_gres_gives_gpu_counts_or_a_value_error(text):
+    from healthcheck.slurm.backend import gpu_gres
+
+    try:
+        gpus = gpu_gres(text)
+    except ValueError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert all(isinstance(t, str) and isinstance(n, int) and n >= 0 for t, n in gpus.items())
+
+
 class _Canned(CliBackend):
     def __init__(self, out: str):
         super().__init__(bin_dir="/nonexistent")

@@ -53,6 +53,11 @@ class NodeInfo:
         return any(name in flags for name in names)
 
     @property
+    def gres(self) -> str:
+        """The node's Gres as Slurm printed it ("gpu:h100:8(S:0-1)"; "" when not known)."""
+        return self.raw.get("Gres", "")
+
+    @property
     def drained(self) -> bool:
         return self.has(*DRAIN_FLAGS)
 
@@ -102,6 +107,39 @@ def local_epoch(text: str) -> Optional[float]:
 def assigned_nodes(node_list: Optional[str]) -> str:
     """A job's NodeList as Slurm printed it, or "" when it names no node (``NO_NODES``)."""
     return "" if not node_list or node_list in NO_NODES else node_list
+
+
+def gpu_gres(text: str) -> Dict[str, int]:
+    """The GPUs a node's Gres promises, type -> count ("" for untyped): ``gpu:8`` -> {"": 8},
+    ``gpu:h100:4(S:0),gpu:h100:4(S:1),shard:16`` -> {"h100": 8}. Other GRES (mps, shard) are
+    not GPUs; "(null)" or "" promise none. A count is the last field and a bare ``gpu`` or
+    ``gpu:TYPE`` is one (slurm.conf's rule); ``no_consume`` is a flag, not a type. Anything else
+    is a ValueError naming the entry."""
+    out: Dict[str, int] = {}
+    for entry in _outside_parentheses(text.strip()):
+        fields = [f for f in entry.split("(", 1)[0].strip().split(":") if f != "no_consume"]
+        if entry.strip() in ("", "(null)") or fields[0] != "gpu":
+            continue
+        count = 1
+        if len(fields) > 1 and fields[-1].isascii() and fields[-1].isdigit():
+            count = int(fields.pop())
+        if len(fields) > 2 or any(not f for f in fields):
+            raise ValueError(f"Gres entry {entry!r} is not gpu[:TYPE][:COUNT]")
+        gpu_type = fields[1] if len(fields) == 2 else ""
+        out[gpu_type] = out.get(gpu_type, 0) + count
+    return out
+
+
+def _outside_parentheses(text: str) -> List[str]:
+    """``text`` split at the commas that are not inside "(S:0,1)"."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts
 
 
 def one_node(name: str) -> str:

@@ -287,7 +287,8 @@ def node_from_json(item: Dict) -> NodeInfo:
     return NodeInfo(name=str(item.get("name", "")), state="+".join(words), reason=str(item.get("reason") or ""),
                     reason_user=str(item.get("reason_set_by_user") or ""),
                     reason_time=_iso(changed) if changed else "", reason_epoch=float(changed) if changed else None,
-                    partitions=[str(p) for p in partitions] if isinstance(partitions, list) else [], raw={})
+                    partitions=[str(p) for p in partitions] if isinstance(partitions, list) else [],
+                    raw={"Gres": str(item["gres"])} if isinstance(item.get("gres"), str) else {})
 
 
 class CliBackend:

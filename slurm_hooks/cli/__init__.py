@@ -12,6 +12,7 @@ SUBCOMMANDS: Dict[str, str] = {
     "config": "slurm_hooks.cli.config_cmd:config",
     "sim": "slurm_hooks.cli.sim_cmd:sim",
     "check": "slurm_hooks.cli.check_cmd:check",
+    "genconf": "slurm_hooks.cli.genconf_cmd:genconf",
     "xid": "slurm_hooks.cli.xid_cmd:xid",
     "lab": "slurm_hooks.cli.lab_cmd:lab",
     "slurm-conf": "slurm_hooks.cli.slurm_conf_cmd:slurm_conf",
@@ -25,6 +26,7 @@ HELP = {
     "config": "Validate and print the configuration.",
     "sim": "Change, reset and show simulated nodes.",
     "check": "Run the GPU, NVLink and InfiniBand checks on this node.",
+    "genconf": "Print this node's [[nodes]] entry, as probed (--slurm: compare with Slurm's Gres).",
     "xid": "Scan kernel logs for Xid events and explain Xid codes.",
     "lab": "A real Slurm cluster on this machine, for tests and the demo.",
     "slurm-conf": "Print the slurm.conf lines that plug the installed hooks into Slurm.",
@@ -40,6 +42,8 @@ HELP = {
 EXIT_STATUS = (
     ("check", "0 ok, 1 warnings only, 2 failures, 3 could not check (bad input included)"),
     ("config check", "0 valid, 2 invalid or bad input"),
+    ("genconf", "0 printed, 1 Slurm's Gres differs from the node (one finding line), 2 bad input, "
+                "3 the node not probed or Slurm not asked"),
     ("summary", "0 done, 1 input partly unreadable (the rest is summarised), 2 bad input"),
     ("xid scan", "0 done, 1 the log is partly unreadable, 2 bad input"),
     ("xid explain, sim, slurm-conf", "0 done, 2 bad input"),

@@ -5,17 +5,14 @@ a config or profile that cannot be used, an unknown option).
 """
 from __future__ import annotations
 
-import contextlib
 import json
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import click
 
 from healthcheck.config import TIERS, Config, ConfigError, node_name
 from healthcheck.findings import EXIT_CODES
-from healthcheck.safeio.fsutil import run_temp_dir
-
-from .common import config_option, versioned
+from .common import config_option, node_or_sim_sources, versioned
 
 EXIT_COULD_NOT_CHECK = EXIT_CODES["error"]
 DEFAULT_TIER = "health"
@@ -84,7 +81,7 @@ def check(config_path: Optional[str], node: Optional[str], sim_profile: Optional
         tier = tier or DEFAULT_TIER
         if only:
             cfg.data["tiers"][tier] = list(only)
-        with _sources(cfg, name, sim_profile) as sources:
+        with node_or_sim_sources(cfg, name, sim_profile, TEMP_PREFIX) as sources:
             report = run_checks(cfg, name, tier, sources=sources, consumer="cli", commit=True)
     except ProfileError as exc:
         _give_up(str(exc).splitlines()[0])
@@ -150,25 +147,6 @@ def _judge_profile(cfg: Config, node: str, tier: str, sim_profile: str, add_expe
     expected = [cid for cid in profile.get("expect", {}).get("findings", []) if cid in CHECKS]
     tiers = cfg.data.setdefault("tiers", {})
     tiers[tier] = list(dict.fromkeys(list(tiers.get(tier, [])) + expected))
-
-
-@contextlib.contextmanager
-def _sources(cfg: Config, node: str, sim_profile: Optional[str]) -> Iterator:
-    from healthcheck.config import shipped
-    from healthcheck.sources import node_sources, sim_sources
-
-    if sim_profile is None:
-        yield node_sources(cfg, node)
-        return
-    sim_profile = shipped.resolve(sim_profile)
-    if cfg.sets("paths", "state_dir"):
-        yield sim_sources(node, cfg.state_dir, sim_profile)
-        return
-    # No state dir of the admin's: a throwaway one, so a look at a profile leaves nothing behind
-    # (and counter growth starts from a fresh baseline each time).
-    # (run_temp_dir also removes what runs killed before they could clean up left behind.)
-    with run_temp_dir(TEMP_PREFIX) as state_dir:
-        yield sim_sources(node, state_dir, sim_profile)
 
 
 def _summary(report) -> str:

@@ -1,7 +1,8 @@
 """What every subcommand shares: loading config with one-line errors, exit codes."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import contextlib
+from typing import Any, Dict, Iterator, Optional
 
 import click
 
@@ -35,3 +36,25 @@ def load_config(path: Optional[str]) -> Config:
         for line in exc.lines():
             click.echo(line, err=True)
         raise click.exceptions.Exit(EXIT_USAGE)
+
+
+@contextlib.contextmanager
+def node_or_sim_sources(cfg: Config, node: str, sim_profile: Optional[str], temp_prefix: str) -> Iterator:
+    """Where ``node``'s facts come from: this node (or the config's simulator), or with
+    ``sim_profile`` a simulated node built from that profile (ValueError: no such shipped name)."""
+    from healthcheck.config import shipped
+    from healthcheck.safeio.fsutil import run_temp_dir
+    from healthcheck.sources import node_sources, sim_sources
+
+    if sim_profile is None:
+        yield node_sources(cfg, node)
+        return
+    sim_profile = shipped.resolve(sim_profile)
+    if cfg.sets("paths", "state_dir"):
+        yield sim_sources(node, cfg.state_dir, sim_profile)
+        return
+    # No state dir of the admin's: a throwaway one, so a look at a profile leaves nothing behind
+    # (and counter growth starts from a fresh baseline each time).
+    # (run_temp_dir also removes what runs killed before they could clean up left behind.)
+    with run_temp_dir(temp_prefix) as state_dir:
+        yield sim_sources(node, state_dir, sim_profile)
