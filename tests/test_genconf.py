@@ -48,13 +48,19 @@ def test_the_shipped_profiles_have_healthy_bases_with_faulty_variants():
 def test_the_printed_entry_passes_its_profile_and_fails_each_faulty_variant(tmp_path, name):
     printed = genconf("--sim", name)
     assert printed.exit_code == 0, printed.stderr
-    config = tmp_path / "config.toml"
-    config.write_text("[gpu]\nprobe_timeout_s = 1.0\n[perftest]\nduration_s = 1\nserver_wait_s = 0.1\n"
-                      + printed.stdout)
-    [entry] = tomlio.load_file(str(config))["nodes"]
+    # A short probe deadline only for the variants that hang (they expect probe.timeout): on a
+    # loaded machine (CI, a lab coming up) a healthy probe may take more than a second.
+    configs = {}
+    for timeout in (1.0, 30.0):
+        configs[timeout] = tmp_path / f"config-{timeout:g}.toml"
+        configs[timeout].write_text(f"[gpu]\nprobe_timeout_s = {timeout}\n[perftest]\nduration_s = 1\n"
+                                    "server_wait_s = 0.1\n" + printed.stdout)
+    [entry] = tomlio.load_file(str(configs[1.0]))["nodes"]
     assert entry["match"] == "gpu1" and set(entry) - {"match"} <= set(PROBED_KEYS)
 
     def check(profile):
+        hangs = "probe.timeout" in _raw(profile).get("expect", {}).get("findings", [])
+        config = configs[1.0 if hangs else 30.0]
         done = run_cli(["check", "--config", str(config), "--node", "gpu1", "--sim", profile, "--json"])
         return done.exit_code, {f["check"] for f in json.loads(done.stdout)["findings"]}
 

@@ -80,6 +80,7 @@ def test_n_nodes_each_with_its_port_gres_and_profile():
     ports = [int(re.search(r"Port=(\d+)", n).group(1)) for n in lines]
     assert ports == list(range(P.SLURMD_FIRST_PORT, P.SLURMD_FIRST_PORT + 256))
     assert "Nodes=gpu[1-256]" in text
+    assert render.health_interval_for(3) == render.HEALTH_CHECK_INTERVAL and render.health_interval_for(256) == 256
     assert len(conf_lines(render.gres_conf(LAB, options(nodes=nodes)))) == 256
     from healthcheck.safeio import tomlio
 

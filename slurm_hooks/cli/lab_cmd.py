@@ -66,8 +66,9 @@ def lab() -> None:
                    "filesystem built once with debootstrap. Default: $SLURM_GPU_LAB_RELEASE, else "
                    "the lab's default release. Another release than the lab ran starts it from nothing.")
 @click.option("--health-interval", "health_interval", type=click.IntRange(min=0, max=86400), default=None,
-              metavar="SECONDS", help="slurm.conf's HealthCheckInterval (default: 10); a change restarts "
-              "slurmctld and the slurmd, and the next `lab up` without it goes back to 10.")
+              metavar="SECONDS", help="slurm.conf's HealthCheckInterval (default: 10, and 1 s per node for "
+              "more than 10 nodes); a change restarts slurmctld and the slurmd, and the next `lab up` without "
+              "it goes back to the default.")
 @click.option("--nodes", "nodes", type=click.IntRange(min=1, max=256), default=None, metavar="N",
               help="How many nodes, gpu1..gpuN, each with its slurmd, its simulated GPUs (the shipped healthy "
                    "H100 profile) and its slurm-gpu-watch (default: 3). Another count than the running lab's "

@@ -24,6 +24,14 @@ IB_PORTS = tuple(f"mlx5_{index}:1" for index in range(8))
 REASON_PREFIX = "gpu-hooks:"
 HEALTH_CHECK_INTERVAL = 10
 
+
+def health_interval_for(nodes: int) -> int:
+    """slurm.conf's HealthCheckInterval for a lab of ``nodes`` nodes on one host: 10 s for the
+    default three, and a second per node beyond ten. Every node's health check every 10 s is 25 runs
+    a second at 256 nodes, more than this 2-core host runs: they piled up in the slurmd by the
+    thousand (measured, `lab up --nodes 256`). A site's nodes each have their own cores."""
+    return max(HEALTH_CHECK_INTERVAL, nodes)
+
 # name of the wrapper in $LAB/hooks -> (what Slurm calls it, console script, module)
 HOOKS: Dict[str, Sequence[str]] = {
     "prolog": ("Prolog", "slurm-gpu-prolog", "slurm_hooks.prolog"),
@@ -66,7 +74,8 @@ class RenderOptions:
 
         from .rootfs import VENV, marker
 
-        opts = replace(cls.here(), slurm_bin=lab.bin, nodes=lab.nodes())
+        nodes = lab.nodes()
+        opts = replace(cls.here(), slurm_bin=lab.bin, nodes=nodes, health_interval=health_interval_for(len(nodes)))
         if release.rootfs:
             opts = replace(opts, bin_dir=f"{VENV}/bin", python=f"{VENV}/bin/python",
                            rootfs=lab.rootfs(release.version), marker=marker(release))
