@@ -257,6 +257,31 @@ def _duration(run) -> Family:
                   [({}, round(run.duration_s, 3))])
 
 
+def _queue(run):
+    """The records' outbox on this host (``outbox_stats.QueueStats``); an empty one when not read."""
+    from ..records.outbox_stats import QueueStats
+
+    return getattr(run, "outbox", None) or QueueStats()
+
+
+def _outbox_entries(run) -> Family:
+    return Family("slurm_gpu_health_outbox_entries", "gauge",
+                  "Job records' AdminComment entries queued on this host, not yet in accounting.",
+                  [({}, _queue(run).entries)])
+
+
+def _outbox_oldest_age(run) -> Family:
+    return Family("slurm_gpu_health_outbox_oldest_age_seconds", "gauge",
+                  "How long the oldest queued entry has waited for accounting (0 with none queued).",
+                  [({}, round(_queue(run).oldest_age_s, 3))])
+
+
+def _delivery_failures(run) -> Family:
+    return Family("slurm_gpu_health_delivery_failures_total", "counter",
+                  "Deliveries of a job's entries to accounting that failed or were given up, on this host.",
+                  [({}, _queue(run).failures)])
+
+
 def _remedy(run):
     """(situation, step) of the run's remediation ([remediate]); None without a drain of ours to remedy."""
     outcome = getattr(run, "remediation", None)
@@ -290,7 +315,8 @@ def _remediation_reboots(run) -> Optional[Family]:
 # A metric is a function of the finished run: its family, or None when this run writes none.
 METRICS: List[Callable[[Any], Optional[Family]]] = [
     _check_status, _findings, _decision, _left_alone, _drained, _blocked, _slurm_up, _budget_blocks, _pending,
-    _last_run, _duration, _remediation_step, _remediation_reboots,
+    _last_run, _duration, _outbox_entries, _outbox_oldest_age, _delivery_failures, _remediation_step,
+    _remediation_reboots,
 ]
 
 
