@@ -38,7 +38,8 @@ def promtool() -> str:
 
 
 def written_metrics(tmp_path):
-    return {family.name for family in families(Node(tmp_path).run_once())}
+    """The series names in the textfile (a histogram's _bucket, _sum and _count)."""
+    return {name for family in families(Node(tmp_path).run_once()) for name in family.series_names()}
 
 
 def dashboard_exprs():

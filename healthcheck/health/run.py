@@ -52,6 +52,7 @@ class HealthRun:
     slurm_reachable: bool = True                        # the run's Slurm query answered (or none was needed)
     drained_by_us: Optional[str] = None                 # the cause Slurm holds the node drained for, ours
     outbox: Optional[Any] = None                        # outbox_stats.QueueStats: the records' queue on this host
+    remedy_totals: Optional[Any] = None                 # remedy_totals.RemedyTotals: remediation on this node, ever
 
     @property
     def contract_decision(self) -> str:
@@ -170,7 +171,10 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
         result.committed = True
     from ..records.outbox_stats import queue_stats
 
+    from ..actions.remedy_totals import read_totals
+
     result.outbox = queue_stats(sources.state_dir, now=started)
+    result.remedy_totals = read_totals(sources.state_dir, node)
     result.duration_s = time.monotonic() - clock
     return result
 
