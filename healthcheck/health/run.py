@@ -169,9 +169,9 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     if not dry_run and _settled(result):
         report.add(report.commit())
         result.committed = True
-    from ..records.outbox_stats import queue_stats
-
+    # What the metrics say of this host's records and this node's remediation: a listing and a small read.
     from ..actions.remedy_totals import read_totals
+    from ..records.outbox_stats import queue_stats
 
     result.outbox = queue_stats(sources.state_dir, now=started)
     result.remedy_totals = read_totals(sources.state_dir, node)
