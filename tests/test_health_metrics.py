@@ -118,8 +118,9 @@ def test_every_family_has_a_sample_on_a_healthy_run(tmp_path):
     """A dashboard or an alert over any family finds it on every node, healthy or not."""
     text = prometheus(Node(tmp_path).run_once())
     names = {name for name, _ in samples(text)}
-    assert names == {family.name for family in families(Node(tmp_path / "again").run_once())}
-    assert len(names) == len(METRICS) - len(REMEDIATION_FAMILIES)     # those only with [remediate] and a drain
+    assert names == {name for family in families(Node(tmp_path / "again").run_once()) for name in family.series_names()}
+    # those only with [remediate] and a drain not; a histogram is three series
+    assert len(families(Node(tmp_path / "third").run_once())) == len(METRICS) - len(REMEDIATION_FAMILIES)
 
 
 def test_the_textfile_is_0644_in_a_0755_directory_whatever_the_umask(tmp_path):
@@ -155,3 +156,28 @@ def test_docs_healthcheck_lists_exactly_the_metrics_written(tmp_path):
     section = text.split("## Metrics", 1)[1].split("\n## ", 1)[0]
     rows = set(re.findall(r"^\| `(slurm_gpu_health_[a-z_]+)` \|", section, flags=re.M))
     assert rows == {family.name for family in families(Node(tmp_path).run_once())} | set(REMEDIATION_FAMILIES)
+
+
+def test_records_waiting_for_accounting_and_failed_deliveries_are_in_the_textfile(tmp_path):
+    """The host's outbox as the health check sees it every run: entries queued, the oldest one's
+    age, the deliveries that failed (kept by the delivery beside the queue)."""
+    import time
+
+    from healthcheck.records import outbox, store
+    from healthcheck.records.outbox_stats import count_failures
+
+    node = Node(tmp_path)
+    healthy = prometheus(node.run_once())
+    assert value(healthy, "slurm_gpu_health_outbox_entries") == 0
+    assert value(healthy, "slurm_gpu_health_outbox_oldest_age_seconds") == 0
+    assert value(healthy, "slurm_gpu_health_delivery_failures_total") == 0
+    record = {"job_id": "31", "node": "gpu2", "class": "COMPLETED"}
+    store.write_record(node.state_dir, record)
+    queued = outbox.queue_record(node.state_dir, record)
+    hour_ago = time.time() - 3600
+    os.utime(queued, (hour_ago, hour_ago))
+    count_failures(node.state_dir, 3)
+    text = prometheus(node.run_once())
+    assert value(text, "slurm_gpu_health_outbox_entries") == 1
+    assert value(text, "slurm_gpu_health_outbox_oldest_age_seconds") >= 3600
+    assert value(text, "slurm_gpu_health_delivery_failures_total") == 3

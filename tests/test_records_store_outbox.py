@@ -478,3 +478,28 @@ def test_a_reference_whose_record_is_gone_is_set_aside_with_one_line(tmp_path, c
     assert report.delivered == ["121"] and report.set_aside == ["120._job.json"] and set(acct.asked) == {"121"}
     [line] = [line for line in capsys.readouterr().err.splitlines() if "120._job.json" in line]
     assert "is gone" in line and outbox.pending(state) == {}
+
+
+def test_failed_deliveries_are_counted_for_monitoring_and_the_queue_read_by_its_listing(tmp_path):
+    """Each job a delivery could not deliver counts once; the queue's stats come from names and
+    mtimes (an unreadable entry is counted, not parsed, and left where it is)."""
+    from healthcheck.records.outbox_stats import QueueStats, queue_stats
+
+    state = str(tmp_path)
+    assert queue_stats(state) == QueueStats(0, 0.0, 0)
+    acct = FakeAccounting({"21": "", "22": ""})
+    acct.down = True
+    first = queue(state, "21", {"node": "*", "class": "COMPLETED"})
+    queue(state, "22", {"node": "*", "class": "COMPLETED"})
+    os.utime(first, (1000.0, 1000.0))
+    outbox.deliver_pending(state, acct, FAST)
+    outbox.deliver_pending(state, acct, FAST)
+    stats = queue_stats(state, now=4000.0)
+    assert (stats.entries, stats.oldest_age_s, stats.failures) == (2, 3000.0, 4)
+    acct.down = False
+    outbox.deliver_pending(state, acct, FAST)
+    torn = os.path.join(outbox.outbox_dir(state), "23.gpu1.json")
+    with open(torn, "w") as handle:
+        handle.write("{not json")
+    stats = queue_stats(state)
+    assert (stats.entries, stats.failures) == (1, 4) and os.path.exists(torn)

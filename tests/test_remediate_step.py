@@ -5,6 +5,7 @@ then our reason says inspect and nothing more happens; the cluster-wide budget; 
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -60,6 +61,36 @@ class Cluster:
         self.slurm.finish_reboot(name, drain_survives=drain_survives)
 
 
+def totals_in(textfile: str, node: str) -> dict:
+    """The remediation's counters in a textfile, and its back-in-service histogram's count."""
+    names = {"reboots_asked": "reboots_asked_total", "gpu_resets": "gpu_resets_total",
+             "inspections": "inspections_total", "returns": "back_in_service_seconds_count"}
+    found = {}
+    for key, name in names.items():
+        match = re.search(rf'^slurm_gpu_health_remediation_{name}{{node="{node}"}} (\S+)$', textfile, flags=re.M)
+        assert match, name
+        found[key] = int(float(match.group(1)))
+    return found
+
+
+def test_the_ledgers_totals_count_ever_and_outlive_an_admins_resume(tmp_path):
+    from healthcheck.actions.remedy_totals import read_totals
+
+    with ledgers.changing(str(tmp_path), "gpu1") as ledger:
+        ledger.note_drain("gpu.lost gpu3 GPU-1", "gpu.lost gpu3", at=1000.0)
+        ledger.note_reset("gpu.lost gpu3 GPU-1", "gpu.lost gpu3", "boot-a", at=1100.0)
+        ledger.note_reboot("gpu.lost gpu3 GPU-1", "gpu.lost gpu3", "boot-a", at=1200.0)
+        ledger.note_resumed(at=1000.0 + 2000.0)            # back after 2000 s: the le="3600" bucket
+        ledger.note_drain("gpu.ecc gpu1", "gpu.ecc gpu1", at=5000.0)
+        ledger.note_inspect("gpu.ecc gpu1", "gpu.ecc gpu1", at=5100.0)
+        ledger.forget()                                    # an admin's resume: the counts start again
+    totals = read_totals(str(tmp_path), "gpu1")
+    assert (totals.reboots, totals.resets, totals.inspections) == (1, 1, 1)
+    assert totals.back_in_service == [0, 0, 1, 0, 0, 0, 0, 0, 0] and totals.back_in_service_sum == 2000.0
+    assert ledgers.load(str(tmp_path), "gpu1").entries == {}
+    assert read_totals(str(tmp_path), "gpu2") == type(totals)()      # no ledger: zeros
+
+
 def test_off_by_default_nothing_is_rebooted(tmp_path):
     cluster = Cluster(tmp_path, names=("gpu1",), enabled=False)
     cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
@@ -102,6 +133,9 @@ def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service(tmp_path)
     [episode] = entry.episodes
     assert episode.outcome == "resumed" and len(episode.reboots) == 1
     assert episode.drained_at <= episode.reboots[0] <= episode.resumed_at
+    # The metrics count it, ever: one reboot, one return to service, no reset, no inspection.
+    assert totals_in(prometheus(back), "gpu1") == {"reboots_asked": 1, "gpu_resets": 0, "inspections": 0,
+                                                   "returns": 1}
 
 
 def test_the_fault_signature_names_the_gpu_by_uuid_where_the_evidence_has_it():
@@ -155,6 +189,10 @@ def test_a_lemon_gets_exactly_max_reboots_then_inspection_and_is_left_alone(tmp_
     [entry] = ledgers.load(cluster.state_dir, "gpu1").entries.values()
     [episode] = entry.episodes
     assert (len(episode.reboots), episode.outcome, episode.resumed_at) == (2, "inspect", None)
+    from healthcheck.health.outputs import prometheus
+
+    counted = totals_in(prometheus(cluster.run("gpu1")), "gpu1")
+    assert (counted["reboots_asked"], counted["inspections"]) == (2, 1)
 
 
 def test_the_summary_reports_per_cause_how_remediation_went(tmp_path):
@@ -234,6 +272,10 @@ def test_a_gpu_lost_once_is_reset_not_rebooted_and_back_in_service(tmp_path):
     [entry] = ledgers.load(cluster.state_dir, "gpu1").entries.values()
     [episode] = entry.episodes
     assert (entry.reboots, len(episode.resets), episode.outcome) == ([], 1, "resumed")
+    from healthcheck.health.outputs import prometheus
+
+    assert totals_in(prometheus(back), "gpu1") == {"reboots_asked": 0, "gpu_resets": 1, "inspections": 0,
+                                                   "returns": 1}
 
 
 def test_a_gpu_a_process_holds_is_not_reset_the_node_is_rebooted_in_the_same_run(tmp_path):

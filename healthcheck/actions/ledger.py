@@ -6,6 +6,8 @@ Per signature (``signature``: cause + GPU UUID): the times reboots were asked, t
 resets tried (with the boot they were tried in), the drain, reboot and back-in-service times of
 each episode (``slurm-gpu summary``'s time back in service), and whether remediation gave up
 (inspection). ``asked`` is the one request in flight: what was asked, in which boot, when.
+``totals``: what remediation did on the node, ever (``remedy_totals``: the health check's
+counters and back-in-service histogram), kept when an admin's resume starts the counts again.
 
 A missing, foreign or corrupt file is an empty ledger (a corrupt one is set aside once): the
 worst that comes of it is one more reboot than ``max_reboots``, never a drain.
@@ -20,19 +22,11 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from ..safeio.fsutil import atomic_write, locked, path_component, read_state_json
 from ..safeio.jsontypes import field_problem, is_number, is_str
+from .remedy_totals import VERSION, RemedyTotals, ledger_dir, ledger_path
 
-VERSION = 1
 # Episodes kept per signature, and signatures per node: the file stays small whatever happens.
 MAX_EPISODES = 16
 MAX_SIGNATURES = 64
-
-
-def ledger_dir(state_dir: str) -> str:
-    return os.path.join(state_dir, "remediate")
-
-
-def ledger_path(state_dir: str, node: str) -> str:
-    return os.path.join(ledger_dir(state_dir), f"{path_component(node)}.json")
 
 
 def lock_path(state_dir: str, node: str) -> str:
@@ -73,6 +67,7 @@ class Asked:
 class Ledger:
     entries: Dict[str, Entry] = field(default_factory=dict)
     asked: Optional[Asked] = None
+    totals: RemedyTotals = field(default_factory=RemedyTotals)     # ever, for the metrics: forget() keeps them
 
     # -- reading -------------------------------------------------------------------------------
     def entry(self, signature: str, cause: str = "") -> Entry:
@@ -107,6 +102,7 @@ class Ledger:
         entry = self.entry(signature, cause)
         entry.reboots.append(at)
         del entry.reboots[:-MAX_EPISODES * 4]
+        self.totals.reboots += 1
         episode = entry.open_episode()
         if episode is not None:
             episode.reboots.append(at)
@@ -115,6 +111,7 @@ class Ledger:
     def note_reset(self, signature: str, cause: str, boot_id: str, at: float) -> None:
         entry = self.entry(signature, cause)
         entry.resets = {boot_id: entry.resets.get(boot_id, 0) + 1}
+        self.totals.resets += 1
         episode = entry.open_episode()
         if episode is not None:
             episode.resets.append(at)
@@ -126,11 +123,13 @@ class Ledger:
             episode = entry.open_episode()
             if episode is not None:
                 episode.resumed_at, episode.outcome = at, "resumed"
+                self.totals.observe_back_in_service(at - episode.drained_at)
         self.asked = None
 
     def note_inspect(self, signature: str, cause: str, at: float) -> None:
         entry = self.entry(signature, cause)
         entry.inspect_at = at
+        self.totals.inspections += 1
         episode = entry.open_episode()
         if episode is not None:
             episode.outcome = "inspect"
@@ -154,7 +153,7 @@ class Ledger:
         from dataclasses import asdict
 
         return {"version": VERSION, "entries": {k: asdict(v) for k, v in self.entries.items()},
-                "asked": asdict(self.asked) if self.asked else None}
+                "asked": asdict(self.asked) if self.asked else None, "totals": self.totals.to_json()}
 
     @classmethod
     def from_json(cls, data: Optional[Dict[str, Any]]) -> "Ledger":
@@ -174,7 +173,8 @@ class Ledger:
                                           inspect_at=None if raw.get("inspect_at") is None else float(raw["inspect_at"]))
             asked = data.get("asked")
             return cls(entries=entries, asked=Asked(str(asked["kind"]), str(asked["signature"]), str(asked["boot_id"]),
-                                                    float(asked["at"])) if isinstance(asked, dict) else None)
+                                                    float(asked["at"])) if isinstance(asked, dict) else None,
+                       totals=RemedyTotals.from_json(data.get("totals")))
         except (TypeError, ValueError, KeyError, AttributeError):
             return cls()
 

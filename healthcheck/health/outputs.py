@@ -143,16 +143,32 @@ Sample = Tuple[Dict[str, str], float]
 @plain
 class Family:
     name: str
-    kind: str                    # gauge | counter
+    kind: str                    # gauge | counter | histogram
     help: str
-    samples: List[Sample]
+    samples: List[Sample]        # a histogram's: its cumulative buckets, each labelled le
+    # A histogram's sum and count (its _sum and _count series).
+    observed: Optional[Tuple[float, int]] = None
+
+    def series_names(self) -> List[str]:
+        """The names its samples have in the textfile (a histogram's three series)."""
+        if self.kind == "histogram":
+            return [f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count"]
+        return [self.name]
 
     def lines(self, node: str) -> List[str]:
         out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        name = self.series_names()[0]
         for labels, value in self.samples:
-            text = ",".join(f'{key}="{_label(val)}"' for key, val in {"node": node, **labels}.items())
-            out.append(f"{self.name}{{{text}}} {_number(value)}")
+            out.append(f"{name}{{{_labels(node, labels)}}} {_number(value)}")
+        if self.observed is not None:
+            total, count = self.observed
+            out += [f"{self.name}_sum{{{_labels(node, {})}}} {_number(total)}",
+                    f"{self.name}_count{{{_labels(node, {})}}} {_number(count)}"]
         return out
+
+
+def _labels(node: str, labels: Dict[str, str]) -> str:
+    return ",".join(f'{key}="{_label(val)}"' for key, val in {"node": node, **labels}.items())
 
 
 def _number(value: float) -> str:
@@ -257,6 +273,66 @@ def _duration(run) -> Family:
                   [({}, round(run.duration_s, 3))])
 
 
+def _queue(run):
+    """The records' outbox on this host (``outbox_stats.QueueStats``); an empty one when not read."""
+    from ..records.outbox_stats import QueueStats
+
+    return getattr(run, "outbox", None) or QueueStats()
+
+
+def _outbox_entries(run) -> Family:
+    return Family("slurm_gpu_health_outbox_entries", "gauge",
+                  "Job records' AdminComment entries queued on this host, not yet in accounting.",
+                  [({}, _queue(run).entries)])
+
+
+def _outbox_oldest_age(run) -> Family:
+    return Family("slurm_gpu_health_outbox_oldest_age_seconds", "gauge",
+                  "How long the oldest queued entry has waited for accounting (0 with none queued).",
+                  [({}, round(_queue(run).oldest_age_s, 3))])
+
+
+def _delivery_failures(run) -> Family:
+    return Family("slurm_gpu_health_delivery_failures_total", "counter",
+                  "Deliveries of a job's entries to accounting that failed or were given up, on this host.",
+                  [({}, _queue(run).failures)])
+
+
+def _totals(run):
+    """What remediation did on this node, ever (``remedy_totals.RemedyTotals``)."""
+    from ..actions.remedy_totals import RemedyTotals
+
+    return getattr(run, "remedy_totals", None) or RemedyTotals()
+
+
+def _remediation_reboots_asked(run) -> Family:
+    return Family("slurm_gpu_health_remediation_reboots_asked_total", "counter",
+                  "Reboots the remediation asked Slurm for on this node.", [({}, _totals(run).reboots)])
+
+
+def _remediation_gpu_resets(run) -> Family:
+    return Family("slurm_gpu_health_remediation_gpu_resets_total", "counter",
+                  "GPU resets the remediation tried on this node.", [({}, _totals(run).resets)])
+
+
+def _remediation_inspections(run) -> Family:
+    return Family("slurm_gpu_health_remediation_inspections_total", "counter",
+                  "Drains the remediation handed to a person (it gave up: inspection).",
+                  [({}, _totals(run).inspections)])
+
+
+def _back_in_service(run) -> Family:
+    from ..actions.remedy_totals import BACK_IN_SERVICE_BUCKETS
+
+    totals = _totals(run)
+    bounds = [_number(bound) for bound in BACK_IN_SERVICE_BUCKETS] + ["+Inf"]
+    cumulative = [sum(totals.back_in_service[:index + 1]) for index in range(len(bounds))]
+    return Family("slurm_gpu_health_remediation_back_in_service_seconds", "histogram",
+                  "From a drain of ours to the node back in service, each time it came back.",
+                  [({"le": bound}, count) for bound, count in zip(bounds, cumulative)],
+                  observed=(round(totals.back_in_service_sum, 3), cumulative[-1]))
+
+
 def _remedy(run):
     """(situation, step) of the run's remediation ([remediate]); None without a drain of ours to remedy."""
     outcome = getattr(run, "remediation", None)
@@ -290,7 +366,8 @@ def _remediation_reboots(run) -> Optional[Family]:
 # A metric is a function of the finished run: its family, or None when this run writes none.
 METRICS: List[Callable[[Any], Optional[Family]]] = [
     _check_status, _findings, _decision, _left_alone, _drained, _blocked, _slurm_up, _budget_blocks, _pending,
-    _last_run, _duration, _remediation_step, _remediation_reboots,
+    _last_run, _duration, _outbox_entries, _outbox_oldest_age, _delivery_failures, _remediation_reboots_asked,
+    _remediation_gpu_resets, _remediation_inspections, _back_in_service, _remediation_step, _remediation_reboots,
 ]
 
 

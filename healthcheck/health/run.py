@@ -51,6 +51,8 @@ class HealthRun:
     remediation: Optional[Any] = None                   # gate.Outcome of the remediation's step ([remediate])
     slurm_reachable: bool = True                        # the run's Slurm query answered (or none was needed)
     drained_by_us: Optional[str] = None                 # the cause Slurm holds the node drained for, ours
+    outbox: Optional[Any] = None                        # outbox_stats.QueueStats: the records' queue on this host
+    remedy_totals: Optional[Any] = None                 # remedy_totals.RemedyTotals: remediation on this node, ever
 
     @property
     def contract_decision(self) -> str:
@@ -167,6 +169,12 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     if not dry_run and _settled(result):
         report.add(report.commit())
         result.committed = True
+    # What the metrics say of this host's records and this node's remediation: a listing and a small read.
+    from ..actions.remedy_totals import read_totals
+    from ..records.outbox_stats import queue_stats
+
+    result.outbox = queue_stats(sources.state_dir, now=started)
+    result.remedy_totals = read_totals(sources.state_dir, node)
     result.duration_s = time.monotonic() - clock
     return result
 

@@ -30,9 +30,9 @@ from ..safeio import fsutil
 from ..slurm.backend import SlurmError as AccountingError     # accounting could not be read or written
 from . import admin_comment
 from . import store
+from .outbox_stats import count_failures, outbox_dir
+from .outbox_stats import is_count as _is_count, is_queue_file as _is_queue_file
 from .store import JOB_LEVEL, job_id_ok
-
-OUTBOX_DIR = "outbox"
 
 
 class Accounting(Protocol):
@@ -129,18 +129,10 @@ RESCAN_SLACK_S = 120.0
 RESCAN_EVERY_S = 300.0
 
 
-def outbox_dir(state_dir: str) -> str:
-    return os.path.join(state_dir, OUTBOX_DIR)
-
-
 def _item_path(state_dir: str, job_id: str, node: str, restarts: Any) -> str:
     """``<job>.<node>.json``; a requeued job's later run ``<job>.<node>.r<restarts>.json`` (each run's kept)."""
     suffix = f".r{restarts}" if _is_count(restarts) and restarts > 0 else ""
     return os.path.join(outbox_dir(state_dir), f"{job_id_ok(job_id)}.{store.node_file(node)}{suffix}.json")
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def item_problem(data: Dict[str, Any]) -> Optional[str]:
@@ -180,10 +172,6 @@ def has_pending(state_dir: str) -> bool:
         return any(_is_queue_file(name) for name in os.listdir(outbox_dir(state_dir)))
     except OSError:
         return False
-
-
-def _is_queue_file(name: str) -> bool:
-    return name.endswith(".json") and not name.startswith(".")
 
 
 def pending(state_dir: str, set_aside: Optional[List[str]] = None) -> Dict[str, List[Dict[str, Any]]]:
@@ -280,6 +268,9 @@ def deliver_pending(state_dir: str, accounting: Accounting, settings: DeliverySe
             tried.update(batch)
             _deliver_batch(state_dir, accounting, batch, settings, sleep, retry, now, report)
         _save_retry(state_dir, {name: value for name, value in retry.items() if name in live})
+        # Each job not delivered (accounting unreachable, not in accounting, did not stick) or given up.
+        if report.waiting or report.expired:
+            count_failures(state_dir, len(report.waiting) + len(report.expired))
     finally:
         os.close(lock)
     return report

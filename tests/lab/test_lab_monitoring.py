@@ -1,6 +1,7 @@
 """The lab's monitoring: Debian's node_exporter reads the lab nodes' textfiles (as its own user),
-Debian's Prometheus scrapes it with the shipped rules loaded, and a node the health check drains
-for a double-bit ECC error fires SlurmGpuNodeDrained through Prometheus's HTTP API."""
+Debian's Prometheus scrapes it with the shipped rules loaded, a node the health check drains
+for a double-bit ECC error fires SlurmGpuNodeDrained through Prometheus's HTTP API, and records
+that cannot reach accounting (slurmdbd stopped) fire SlurmGpuRecordsNotDelivered."""
 from __future__ import annotations
 
 import json
@@ -40,6 +41,15 @@ def query(lab, expr: str) -> list:
     return api(lab, "/api/v1/query", query=expr)["result"]
 
 
+def firing(lab, alertname: str, node: str):
+    """The alert ``alertname`` firing for ``node`` in the lab's Prometheus, or None."""
+    for alert in api(lab, "/api/v1/alerts")["alerts"]:
+        labels = alert["labels"]
+        if labels.get("alertname") == alertname and labels.get("node") == node and alert["state"] == "firing":
+            return alert
+    return None
+
+
 def test_lab_env_exports_the_prometheus_url_on_localhost(lab):
     assert lab.env["SLURM_GPU_LAB_PROMETHEUS"] == f"http://127.0.0.1:{monitoring.PROMETHEUS_PORT}"
     rules = api(lab, "/api/v1/rules")
@@ -70,16 +80,45 @@ def test_a_node_drained_for_a_dbe_fires_slurm_gpu_node_drained(lab, gpu, clean):
     sim(gpu, "inject", "gpu2", DBE)
     wait_for("gpu2 drained", lambda: slurm.node("gpu2").drained)
 
-    def firing():
-        for alert in api(lab, "/api/v1/alerts")["alerts"]:
-            labels = alert["labels"]
-            if labels.get("alertname") == "SlurmGpuNodeDrained" and labels.get("node") == "gpu2" \
-                    and alert["state"] == "firing":
-                return alert
-        return None
-
-    alert = wait_for("SlurmGpuNodeDrained firing for gpu2", firing, 90)
+    alert = wait_for("SlurmGpuNodeDrained firing for gpu2", lambda: firing(lab, "SlurmGpuNodeDrained", "gpu2"), 90)
     assert alert["labels"]["cause"] == "gpu.ecc.uncorrectable gpu3"
     assert "gpu2" in alert["annotations"]["summary"]
     decision = query(lab, 'slurm_gpu_health_drained{node="gpu2"} == 1')
     assert decision and decision[0]["metric"]["cause"] == "gpu.ecc.uncorrectable gpu3"
+
+
+def test_every_dashboard_panel_returns_data_after_the_demo(lab):
+    """Run after the demo (a node drained for a double-bit ECC error, jobs ended): each panel's
+    query, as Grafana sends it with the node variable at All, returns at least one series."""
+    from tests.test_monitoring_files import dashboard_exprs
+
+    board, _ = dashboard_exprs()
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"].replace("$node", ".*")
+            assert wait_for(f"panel {panel['title']!r} returning data", lambda: query(lab, expr), 60), expr
+
+
+def test_records_that_cannot_reach_accounting_fire_slurm_gpu_records_not_delivered(lab):
+    """slurmdbd stopped, a job ends on gpu1: its entry waits in the outbox, the delivery fails and
+    counts it, and once the entry has waited 10 minutes the alert fires for gpu1 (a long test:
+    the alert's threshold is the shipped one). slurmdbd is started again at the end."""
+    from slurm_hooks.lab import daemons
+
+    from .conftest import slurm_gpu, wait_for as poll
+    from .test_lab_job_classes import submit, wait_ended
+
+    dbd = daemons.by_name(lab.paths, "slurmdbd")
+    try:
+        assert daemons.stop(lab.paths, [dbd], lambda line: None) == ["slurmdbd"]
+        wait_ended(lab, submit(lab, "-w", "gpu1", "--gres=gpu:1", "--wrap", "true"))
+        wait_for("an entry waiting in gpu1's outbox",
+                 lambda: query(lab, 'slurm_gpu_health_outbox_entries{node="gpu1"} > 0'), 60)
+        wait_for("the failed delivery counted",
+                 lambda: query(lab, 'slurm_gpu_health_delivery_failures_total{node="gpu1"} > 0'), 60)
+        alert = poll("SlurmGpuRecordsNotDelivered firing for gpu1",
+                     lambda: firing(lab, "SlurmGpuRecordsNotDelivered", "gpu1"), timeout=900, every=5)
+        assert alert["annotations"]["runbook_url"] == "docs/operations.md#slurmgpurecordsnotdelivered"
+    finally:
+        result = slurm_gpu("lab", "up", env=lab.env, timeout=300)
+        assert result.returncode == 0, result.stderr
