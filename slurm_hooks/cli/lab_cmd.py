@@ -130,8 +130,10 @@ def status(directory: Optional[str], as_json: bool) -> None:
         click.echo(f"lab directory: {paths.root}")
         click.echo(f"slurm: {release.describe()}")
         for name, pid in rows:
-            memory = f", rss {rss[name] / 1024:.1f} MiB" if rss.get(name) is not None else ""
-            click.echo(f"  {name:<12} {'running, pid ' + str(pid) + memory if pid else 'stopped'}")
+            click.echo(f"  {name:<12} {'running, pid ' + str(pid) if pid else 'stopped'}")
+        if rss:
+            click.echo(f"  resident memory: {sum(v for v in rss.values() if v) / 1024:.0f} MiB in all "
+                       "(each daemon's: --json, rss_kib)")
         for line in detail:
             click.echo(f"  {line}")
     if len(running) == len(rows):

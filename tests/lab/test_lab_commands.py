@@ -1,6 +1,7 @@
 """``lab up`` (again), ``status`` and ``env`` against the running lab."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import stat
@@ -33,6 +34,8 @@ def test_status_lists_every_daemon_running(lab, cli):
         line = [l for l in result.stdout.splitlines() if l.strip().startswith(name + " ")]
         assert line and "running, pid" in line[0], name
         assert D.alive(int(line[0].rsplit(" ", 1)[1]))
+    doc = json.loads(cli("lab", "status", "--json").stdout)
+    assert all(doc["rss_kib"][name] > 0 for name, pid in doc["daemons"].items() if pid), doc["rss_kib"]
 
 
 def test_env_points_a_shell_at_the_lab(lab):
