@@ -12,6 +12,7 @@ from typing import Any, List, Optional
 
 from ..plain import field, plain
 from ..safeio.fsutil import path_component, read_state_json
+from ..safeio.jsontypes import is_count
 
 VERSION = 1          # the ledger file's format
 # Upper bounds (seconds) of the back-in-service histogram's buckets: a reboot's minutes to a week
@@ -30,10 +31,6 @@ def ledger_path(state_dir: str, node: str) -> str:
 
 def _empty_buckets() -> List[int]:
     return [0] * (len(BACK_IN_SERVICE_BUCKETS) + 1)
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @plain
@@ -60,10 +57,10 @@ class RemedyTotals:
         """The totals a ledger file holds; what is missing or malformed starts at zero (never raises)."""
         if not isinstance(data, dict):
             return cls()
-        totals = cls(**{name: data[name] for name in COUNTS if _is_count(data.get(name))})
+        totals = cls(**{name: data[name] for name in COUNTS if is_count(data.get(name))})
         buckets, total = data.get("back_in_service"), data.get("back_in_service_sum")
         if isinstance(buckets, list) and len(buckets) == len(totals.back_in_service) \
-                and all(_is_count(n) for n in buckets) and isinstance(total, (int, float)) \
+                and all(is_count(n) for n in buckets) and isinstance(total, (int, float)) \
                 and not isinstance(total, bool) and total >= 0:
             totals.back_in_service, totals.back_in_service_sum = list(buckets), float(total)
         return totals

@@ -29,17 +29,16 @@ from typing import Any, Dict, Iterator, Optional
 from ..safeio.sha256 import sha256
 from ..safeio.fsutil import atomic_write, ensure_dir, ensure_state_dir, locked, path_component
 from ..safeio.fsutil import read_state_json as read_json
-from ..safeio.jsontypes import field_problem, is_int, is_str, optional
+from ..safeio.jsontypes import field_problem, is_count, is_int, is_str, optional
 
 # The format of the cursor and flood files (``version``; none: 1). A newer one (a rollback) is
 # left as it is: the kernel log is not judged (probe.error) until that version is back.
 VERSION = 1
 
 
-_NON_NEGATIVE = lambda value: is_int(value) and value >= 0   # noqa: E731
 # What each kind of cursor must hold ("source" too: the source it belongs to).
 CURSOR_SCHEMAS = {
-    "file": {"dev": is_int, "ino": is_int, "offset": _NON_NEGATIVE, "tail_sha256": is_str},
+    "file": {"dev": is_int, "ino": is_int, "offset": is_count, "tail_sha256": is_str},
     "kmsg": {"boot_id": optional(is_str), "seq": lambda value: is_int(value) and value >= -1},
     "journal": {"cursor": optional(is_str)},
 }

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from ..plain import plain
 from ..safeio import fsutil
+from ..safeio.jsontypes import is_count
 
 OUTBOX_DIR = "outbox"
 
@@ -23,9 +24,6 @@ def outbox_dir(state_dir: str) -> str:
 def is_queue_file(name: str) -> bool:
     return name.endswith(".json") and not name.startswith(".")
 
-
-def is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 FAILURES_FILE = ".failures.json"

@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
+from .jsontypes import is_int
+
 DIR_MODE = 0o750
 FILE_MODE = 0o640
 MAX_STATE_BYTES = 16 * 1024 * 1024
@@ -274,7 +276,7 @@ def read_state_json(path: str, problem_of: Optional[Callable[[Dict[str, Any]], O
         problem = f"a JSON {type(data).__name__}, not an object"
     if problem is None and newest is not None:
         version = data.get(version_key, 1)
-        if isinstance(version, int) and not isinstance(version, bool) and version > newest:
+        if is_int(version) and version > newest:
             if read_only:
                 return None
             raise NewerFormat(errno.EPROTO, f"format {version} of a newer slurm-gpu-hooks (this version reads up "

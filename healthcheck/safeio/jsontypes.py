@@ -10,6 +10,11 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_count(value: Any) -> bool:
+    """A non-negative int (a count, an offset)."""
+    return is_int(value) and value >= 0
+
+
 def is_number(value: Any) -> bool:
     """A finite int or float (JSON has no NaN or Infinity; Python's reader accepts them)."""
     try:
