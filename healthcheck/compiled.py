@@ -39,7 +39,7 @@ MAX_ENTRY_BYTES = 1 << 20
 # a module or data file is missing here.
 _CODE = ("__init__.py", "compiled.py", "config/__init__.py", "config/keys.py", "config/shipped.py", "schema.py",
          "findings.py", "facts.py", "plain.py", "checklist.py", "xid/__init__.py", "xid/xid_actions.py",
-         "safeio/__init__.py", "safeio/datafiles.py", "safeio/fsutil.py", "safeio/sha256.py", "safeio/tomlio.py",
+         "safeio/__init__.py", "safeio/datafiles.py", "safeio/fsutil.py", "safeio/jsontypes.py", "safeio/sha256.py", "safeio/tomlio.py",
          "data/defaults.toml", "data/xid-actions.tsv")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
