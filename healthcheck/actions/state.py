@@ -48,6 +48,9 @@ class NodeState:
     xid_boots: Dict[str, List[str]] = field(default_factory=dict)
     drained: Optional[Drained] = None
     budget_blocks: int = 0       # drains the budget refused, ever (a counter for the metrics)
+    # The boot in which Slurm's view of the node was read and held nothing of ours this state
+    # lacks (gate.settles): from then on a quiet run need not ask Slurm (gate.Session._quiet).
+    settled_boot: str = ""
 
     def to_json(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -64,7 +67,8 @@ class NodeState:
                        failing={str(k): int(v) for k, v in dict(data.get("failing", {})).items()},
                        xid_boots={str(k): [str(b) for b in v] for k, v in dict(data.get("xid_boots", {})).items()},
                        drained=Drained(**drained) if isinstance(drained, dict) else None,
-                       budget_blocks=int(data.get("budget_blocks", 0)))
+                       budget_blocks=int(data.get("budget_blocks", 0)),
+                       settled_boot=str(data.get("settled_boot", "")))
         except (TypeError, ValueError):
             return cls()
 

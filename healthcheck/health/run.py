@@ -162,7 +162,8 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
         if not dry_run:
             result.state = node_state.NodeState(
                 boot_id=boot, runs_in_boot=runs_in_boot, failing=counted.failing, xid_boots=counted.xid_boots,
-                drained=door.state.drained, budget_blocks=previous.budget_blocks + (1 if outcome.budget_blocked else 0))
+                drained=door.state.drained, budget_blocks=previous.budget_blocks + (1 if outcome.budget_blocked else 0),
+                settled_boot=boot if gate.settles(outcome) and (outcome.asked or previous.settled_boot == boot) else "")
             problem = door.save(result.state)
             if problem:
                 raise OSError(problem)
