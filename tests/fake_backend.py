@@ -11,7 +11,7 @@ import copy
 import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from healthcheck.slurm.backend import JobInfo, NodeInfo, SlurmError, drain_argv, reboot_argv, resume_argv
+from healthcheck.slurm.backend import JobInfo, NodeInfo, SlurmError, drain_argv, extra_argv, reboot_argv, resume_argv
 
 
 class FakeBackend:
@@ -33,7 +33,7 @@ class FakeBackend:
 
     def writes(self) -> List[Tuple[str, ...]]:
         """The calls that change Slurm (drain, resume, set_admin_comment), in order."""
-        return [call for call in self.calls if call[0] in ("drain", "resume", "reboot", "set_admin_comment")]
+        return [call for call in self.calls if call[0] in ("drain", "resume", "reboot", "set_extra", "set_admin_comment")]
 
     def scontrol_argvs(self) -> List[Tuple[str, ...]]:
         """The scontrol arguments the real backend would have run for this fake's writes."""
@@ -45,6 +45,8 @@ class FakeBackend:
                 out.append(resume_argv(call[1]))
             elif call[0] == "reboot":
                 out.append(reboot_argv(call[1], call[2]))
+            elif call[0] == "set_extra":
+                out.append(extra_argv(call[1], call[2]))
         return out
 
     # -- the interface ---------------------------------------------------------------------------
@@ -98,6 +100,13 @@ class FakeBackend:
         flags += [flag for flag in ("DRAIN", "REBOOT_REQUESTED") if flag not in flags]
         node.state = "+".join(flags)
         node.reason, node.reason_user = reason, self.user
+        node.reason_epoch = self.now if self.now is not None else time.time()
+
+    def set_extra(self, name: str, text: str) -> None:
+        """``scontrol update nodename=N extra=TEXT``: Slurm keeps it across reboots (``finish_reboot``
+        leaves it)."""
+        self._call("set_extra", name, text)
+        self._known(name).extra = text
 
     def finish_reboot(self, name: str, drain_survives: bool = True) -> None:
         """A test helper: the node came back from its reboot (no ``nextstate`` asked). As measured
@@ -105,6 +114,8 @@ class FakeBackend:
         registers IDLE+DRAIN, its reason followed by Slurm's " : reboot issued"; on 22.05, and for
         a node only the reboot drained, it is IDLE, in service."""
         node = self._known(name)
+        # A new BootTime, after the reason the reboot set (Slurm's clock is in whole seconds).
+        node.boot_epoch = max(self.now if self.now is not None else time.time(), (node.reason_epoch or 0.0) + 1.0)
         if drain_survives and self._drained_before_reboot.pop(name, False):
             node.state, node.reason = "IDLE+DRAIN", node.reason + " : reboot issued"
             return

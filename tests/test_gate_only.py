@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GATE = os.path.join("healthcheck", "actions", "gate.py")
 ASIDE = (os.path.join("healthcheck", "slurm") + os.sep, os.path.join("slurm_hooks", "lab") + os.sep)
 # The backend's functions that change a node in Slurm (SlurmBackend), and the remediation's.
-WRITES = {"drain", "resume", "reboot", "update_node"}
+WRITES = {"drain", "resume", "reboot", "set_extra", "update_node"}
 SCONTROL_WRITES = {"update", "reboot"}
 
 

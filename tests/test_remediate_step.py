@@ -13,7 +13,7 @@ import pytest
 from healthcheck.actions import budget
 from healthcheck.config import Config
 from healthcheck.health.run import run_health
-from healthcheck.actions import ledger as ledgers
+from healthcheck.actions import kept, ledger as ledgers
 from healthcheck.actions.ledger import signature_of
 from healthcheck.remediate.step import situation_of
 from healthcheck.sim.node import SimNode
@@ -118,8 +118,10 @@ def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service(tmp_path)
     assert 'slurm_gpu_health_remediation_reboots{node="gpu1"} 1' in metrics
     shown = drained_row(cluster, "gpu1")
     assert (shown["reboots"], shown["next"]) == (1, "wait-reboot") and shown["evidence"]
-    # the drain, the claim of a turn within the reboot budget (next:reboot), the reboot
-    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "reboot"]
+    # the drain, the claim of a turn within the reboot budget (next:reboot), the reboot counted in
+    # the node's Extra (where a stateless node finds it after the boot), the reboot
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "set_extra", "reboot"]
+    assert kept.times_for(cluster.slurm.node("gpu1").extra, signature_of(waiting.state.drained)) != []
     assert " next:reboot; " in cluster.slurm.writes()[1][2] and "next:" not in reason
     cluster.reboot("gpu1")
     # Slurm kept our drain through the reboot: the node takes no job until a check of the new
@@ -128,7 +130,7 @@ def test_a_gpu_lost_once_is_rebooted_through_slurm_and_back_in_service(tmp_path)
     assert cluster.slurm.node("gpu1").reason == reason + " : reboot issued"
     back = cluster.run("gpu1")
     assert back.decision.kind == "resume" and not cluster.slurm.node("gpu1").drained
-    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "reboot", "resume"]
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "set_extra", "reboot", "resume"]
     entry = next(iter(ledgers.load(cluster.state_dir, "gpu1").entries.values()))
     [episode] = entry.episodes
     assert episode.outcome == "resumed" and len(episode.reboots) == 1
@@ -155,8 +157,8 @@ def test_the_fault_signature_names_the_gpu_by_uuid_where_the_evidence_has_it():
 # drain, and the node is never in service; 22.05 resumes the node at registration and the check
 # after the boot drains it again.
 LEMON_WRITES = {
-    True: ["drain", "drain", "reboot"] + ["drain", "reboot"] + ["drain"],
-    False: ["drain", "drain", "reboot"] * 2 + ["drain", "drain"],
+    True: ["drain", "drain", "set_extra", "reboot"] + ["drain", "set_extra", "reboot"] + ["drain"],
+    False: ["drain", "drain", "set_extra", "reboot"] * 2 + ["drain", "drain"],
 }
 
 
@@ -288,7 +290,7 @@ def test_a_gpu_a_process_holds_is_not_reset_the_node_is_rebooted_in_the_same_run
     said = [note for note in drained.notes if note.startswith("remediation: GPU reset not done")]
     assert said and "being used by some other process" in said[0]
     assert sim.load()["gpu"][3]["state"] == "lost"               # refused: nothing changed
-    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "reboot"]   # drain, claim, reboot
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain", "drain", "set_extra", "reboot"]   # drain, claim, count, reboot
     assert ledgers.load(cluster.state_dir, "gpu1").asked.kind == "reboot"
 
 
@@ -384,3 +386,118 @@ def test_a_drain_that_replaces_a_record_someone_else_ended_opens_its_own_episode
     assert cluster.run("gpu1").decision.kind == "resume"
     [entry] = [e for e in ledgers.load(cluster.state_dir, "gpu1").entries.values() if e.cause == "gpu.lost gpu3"]
     assert entry.episodes[-1].outcome == "resumed"
+
+
+# -- a stateless node (issue 31): every boot starts with an empty state directory ------------------
+
+def stateless_reboot(cluster, name, drain_survives=True):
+    """A reboot of a diskless node: what the lab's RebootProgram does with `lab up --stateless`."""
+    from slurm_hooks.lab.stateless import forget_node
+
+    cluster.reboot(name, drain_survives=drain_survives)
+    assert forget_node(cluster.state_dir, name)          # something of the node's was kept, and is gone
+
+
+@pytest.mark.parametrize("drain_survives", [True, False], ids=["24.11-on", "22.05"])
+def test_on_a_stateless_node_a_lemon_still_gets_exactly_max_reboots_then_inspection(tmp_path, drain_survives):
+    """The count lives in Slurm (the node's Extra): the ledger is gone after every boot. Without it
+    the count started again at each boot and the lemon was rebooted for ever."""
+    cluster = Cluster(tmp_path, names=("gpu1",), max_reboots=2)
+    cluster.slurm.set_extra("gpu1", "rack=12 {owner:ml}")     # another tool's words in the field
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost"), ("gpu.3.lost_every_boot", True)])
+    reboots = 0
+    for _ in range(8):
+        result = cluster.run("gpu1")
+        if result.remediation is not None and result.remediation.decision.kind == "reboot":
+            reboots += 1
+            stateless_reboot(cluster, "gpu1", drain_survives)
+    assert reboots == 2
+    node = cluster.slurm.node("gpu1")
+    assert node.drained and " reboots:2; inspect: back after 2 reboots: " in node.reason
+    assert node.extra.startswith("rack=12 {owner:ml} sgh-reboots:")
+    assert cluster.run("gpu1").remediation.decision.rule == "remediate-inspecting"
+    for _ in range(2):      # an admin's reboot (Slurm resumes the node): the fault, then no reboot of ours
+        stateless_reboot(cluster, "gpu1")
+        assert cluster.run("gpu1").remediation.decision.kind != "reboot"
+        node = cluster.slurm.node("gpu1")
+        assert node.drained and " reboots:2; inspect: " in node.reason
+    assert [call[0] for call in cluster.slurm.writes()].count("reboot") == 2
+
+
+def test_on_a_stateless_node_a_gpu_lost_once_is_back_in_service_by_itself(tmp_path):
+    """After the boot no record says the drain is ours and waits for a reboot: our reason says it
+    is ours, Slurm's BootTime after the reason's time says the reboot came."""
+    cluster = Cluster(tmp_path, names=("gpu1",))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    assert cluster.run("gpu1").remediation.decision.kind == "reboot"
+    stateless_reboot(cluster, "gpu1")
+    assert cluster.slurm.node("gpu1").drained
+    back = cluster.run("gpu1")
+    assert (back.decision.kind, back.decision.rule) == ("resume", "resume")
+    assert not cluster.slurm.node("gpu1").drained
+
+
+def test_on_a_stateless_node_a_drain_of_ours_made_in_this_boot_still_waits_for_its_reboot(tmp_path):
+    """No record and a reason set after the boot: the reboot the cause needs has not come."""
+    cluster = Cluster(tmp_path, names=("gpu1",))          # remediation on, so nothing reboots below
+    cluster.config = make_config(tmp_path, **{"enabled": False})
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    assert cluster.run("gpu1").decision.kind == "drain"
+    cluster.slurm.node("gpu1")
+    cluster.slurm._known("gpu1").boot_epoch = time.time() - 3600          # booted an hour ago
+    from slurm_hooks.lab.stateless import forget_node
+
+    forget_node(cluster.state_dir, "gpu1")                # the state went, the boot did not change
+    cluster.sims["gpu1"].inject([("gpu.3.state", "ok")])
+    waiting = cluster.run("gpu1")
+    assert (waiting.decision.kind, waiting.decision.rule) == ("none", "resume-wait-reboot")
+
+
+def test_on_a_stateless_node_a_foreign_reason_set_during_the_reboot_is_kept(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    assert cluster.run("gpu1").remediation.decision.kind == "reboot"
+    cluster.slurm.user = "admin"
+    cluster.slurm.drain("gpu1", "cable check, ticket 4411")        # while the node reboots
+    stateless_reboot(cluster, "gpu1")
+    before = list(cluster.slurm.writes())
+    result = cluster.run("gpu1")
+    assert result.decision.rule == "foreign-reason"
+    node = cluster.slurm.node("gpu1")
+    assert node.drained and node.reason.startswith("cable check, ticket 4411")
+    assert cluster.slurm.writes() == before
+
+
+def test_an_admins_resume_clears_the_reboot_count_kept_in_slurm_and_keeps_other_words(tmp_path):
+    from healthcheck.actions.gate import Request, submit
+
+    cluster = Cluster(tmp_path, names=("gpu1",), max_reboots=3)
+    cluster.slurm.set_extra("gpu1", "rack=12")
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost"), ("gpu.3.lost_every_boot", True)])
+    assert cluster.run("gpu1").remediation.decision.kind == "reboot"
+    stateless_reboot(cluster, "gpu1")
+    assert kept.reboots_kept(cluster.slurm.node("gpu1").extra)
+    cluster.sims["gpu1"].inject([("gpu.3.state", "ok"), ("gpu.3.lost_every_boot", False)])
+    outcome = submit(cluster.config, cluster.slurm, Request("resume", "gpu1", "cli"))
+    assert outcome.applied.done
+    assert cluster.slurm.node("gpu1").extra == "rack=12"
+
+
+def test_a_run_that_found_slurm_still_rebooting_the_node_does_not_make_the_next_runs_quiet(tmp_path):
+    """The first run of the new boot finds Slurm still rebooting the node (it has not seen the new
+    BootTime yet) and learns nothing; the runs after it must ask Slurm again, or the drain of
+    ours, which no state records on a stateless node, is never resumed."""
+    from slurm_hooks.lab.stateless import forget_node
+
+    cluster = Cluster(tmp_path, names=("gpu1",))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    assert cluster.run("gpu1").remediation.decision.kind == "reboot"
+    cluster.sims["gpu1"].reboot()
+    forget_node(cluster.state_dir, "gpu1")
+    early = cluster.run("gpu1")                          # Slurm: REBOOT_REQUESTED still
+    assert early.decision.rule == "slurm-busy"
+    cluster.slurm.finish_reboot("gpu1")
+    back = cluster.run("gpu1")
+    assert (back.decision.kind, back.decision.rule) == ("resume", "resume")
+    quiet = cluster.run("gpu1"), cluster.run("gpu1")
+    assert quiet[-1].decision.rule == "healthy" and not cluster.slurm.node("gpu1").drained

@@ -26,10 +26,11 @@ from ..findings import Finding
 from ..slurm.backend import NodeInfo, drain_argv, resume_argv
 from .cause import drain_causes
 
-KINDS = ("none", "drain", "resume", "reboot", "reset", "blocked", "leave-alone")
+KINDS = ("none", "drain", "resume", "reboot", "reset", "keep", "blocked", "leave-alone")
 # The kinds that change Slurm (each has its edge in ``gate.EDGES``); reboot: the remediation's
-# ``scontrol reboot ASAP reason=<ours>`` (healthcheck/remediate/plan.py).
-CHANGING_KINDS = ("drain", "resume", "reboot")
+# ``scontrol reboot ASAP reason=<ours>`` (healthcheck/remediate/plan.py); keep: the node's Extra
+# with the remediation's reboot count merged in (``reason``: the whole field; actions/kept.py).
+CHANGING_KINDS = ("drain", "resume", "reboot", "keep")
 # The kinds that change the node itself, not Slurm (their edges in ``gate.EDGES`` too): reset,
 # the remediation's GPU reset (``command``: healthcheck/actions/gpu_reset.py).
 NODE_KINDS = ("reset",)
@@ -45,6 +46,10 @@ SLURM_BUSY_FLAGS = ("REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERING_DOWN", "POWER
 # A drain for a repeated Xid (the same Xid on the same GPU after the reboots allowed) has this
 # check id; it is never resumed automatically (RESUME_MODE_RULES).
 REPEAT_CHECK = "kernel.xid.repeat"
+# A reason of ours with this key says the reboots allowed were spent (``reboots:2``: remediation's
+# inspection drain, a repeated Xid): a person looks, whatever the cause's resume mode. Read from
+# the reason, so a node that kept no state (a stateless image) knows it too.
+GAVE_UP_KEY = "reboots"
 
 
 @plain(frozen=True)
@@ -202,7 +207,9 @@ def _blocked_unreachable(s: Situation) -> Decision:
 
 def _resume_mode(s: Situation) -> str:
     ours = s.ours
-    return s.policy.resume_mode(ours.check or "", cause=ours.cause) if ours is not None else "never"
+    if ours is None or GAVE_UP_KEY in ours.keys:
+        return "never"
+    return s.policy.resume_mode(ours.check or "", cause=ours.cause)
 
 
 # -- the table ---------------------------------------------------------------------------------------

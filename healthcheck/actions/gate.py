@@ -36,11 +36,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from ..config.settings import RemediatePolicy
 from ..findings import Finding
-from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, resume_argv
+from ..slurm.backend import NodeInfo, SlurmBackend, SlurmError, extra_argv, resume_argv
 from ..hooklib.watchdog import note
 from . import budget, state as node_state
 from .cause import causes_of
-from .decision import Decision, Policy, decide
+from .decision import GAVE_UP_KEY, Decision, Policy, decide
 
 # One name for "Slurm could not answer", whether the node query or the drain budget's query.
 SLURM_UNREACHABLE = "slurm-unreachable-fault"
@@ -113,6 +113,10 @@ def _reboot(backend: SlurmBackend, decision: Decision) -> None:
     backend.reboot(decision.node, decision.reason or "")
 
 
+def _keep(backend: SlurmBackend, decision: Decision) -> None:
+    backend.set_extra(decision.node, decision.reason or "")
+
+
 def _reset(backend: SlurmBackend, decision: Decision) -> None:
     from .gpu_reset import run_reset
 
@@ -122,7 +126,7 @@ def _reset(backend: SlurmBackend, decision: Decision) -> None:
 # Decision kind -> the backend call that changes Slurm (or, reset, the node's GPU). The only
 # calls of the backend's writing node functions in the product (tests/test_gate_only.py holds it).
 EDGES: Dict[str, Callable[[SlurmBackend, Decision], None]] = {"drain": _drain, "resume": _resume,
-                                                              "reboot": _reboot, "reset": _reset}
+                                                              "reboot": _reboot, "reset": _reset, "keep": _keep}
 
 
 
@@ -185,14 +189,35 @@ def causes_for(request: Request, policy: Policy) -> List[Any]:
 
 def _judge(request: Request, info: Optional[NodeInfo], slurm_error: str, policy, record,
            causes: List[Any]) -> Decision:
-    # A reset of the drain's GPU since the drain counts as its reboot.
-    rebooted = (record.boot_id != request.boot_id or record.reset_at is not None) if record is not None else None
+    # A reset of the drain's GPU since the drain counts as its reboot. With no record (a stateless
+    # node's first run of a boot), Slurm knows: the node booted after our reason was set.
+    rebooted = (record.boot_id != request.boot_id or record.reset_at is not None) if record is not None \
+        else booted_since_reason(info)
     decision = decide(request.node, info, request.findings, drain_policy(policy, record), slurm_error=slurm_error,
                       rebooted_since_drain=rebooted, causes=[cause.reason for cause in causes],
                       pending=request.pending, unseen=request.unseen)
     if request.intent == "drain" and decision.kind == "resume":       # a drain request never resumes
         return Decision("none", request.node, "healthy", "no drain finding", reason=decision.reason)
     return decision
+
+
+def settles(outcome: Outcome) -> bool:
+    """Whether this outcome read Slurm's view and found nothing the health state lacks: Slurm
+    answered, was not busy with the node, and no reason of ours is on it unless the state
+    records that drain. Until a run settles, the runs of a boot ask Slurm (``Session._quiet``)."""
+    if not outcome.asked:
+        return True
+    if outcome.info is None or outcome.decision.rule == "slurm-busy":
+        return False
+    return outcome.decision.cause is None or outcome.decision.kind == "drain"
+
+
+def booted_since_reason(info: Optional[NodeInfo]) -> Optional[bool]:
+    """Whether the node booted after its reason was set (Slurm's BootTime and the reason's time;
+    None when Slurm did not say both)."""
+    if info is None or info.boot_epoch is None or info.reason_epoch is None:
+        return None
+    return info.boot_epoch > info.reason_epoch
 
 
 def _admin_resume(request: Request, info: Optional[NodeInfo], slurm_error: str, policy, record,
@@ -276,15 +301,20 @@ class Session:
         and a health state of this boot that holds no drain of ours. Every drain of ours goes
         through this gate and is recorded, so Slurm's view could change nothing: it is not asked
         (at 256 nodes that is one controller RPC per node and health-check interval saved). The
-        first run of a boot, or one with no state (a stateless node's), asks and learns."""
+        first run of a boot, or one with no state (a stateless node's), asks and learns; so does
+        every run until one reads Slurm's view with nothing of ours in it the state lacks
+        (``settles``): a node still rebooting, or a drain of ours found with no record (a
+        stateless node after its boot), is asked about again."""
         return (request.intent == "judge" and not causes and not request.pending and self.state.drained is None
-                and bool(request.boot_id) and self.state.boot_id == request.boot_id)
+                and bool(request.boot_id) and self.state.settled_boot == request.boot_id)
 
     # -- remediation ([remediate], healthcheck/remediate/) --------------------------------------------
     def _episodes(self, outcome: Outcome, before, now: float) -> None:
         """The ledger's episode times (drained, back in service) when our drain starts or ends;
         nothing is read or written on a run that changes neither."""
         after = self.state.drained
+        if outcome.request.intent == "resume" and outcome.applied.done and not self.dry_run:
+            self._forget_kept(outcome, before)
         if self.dry_run or outcome.request.intent == "remediate" or (before is None and after is None):
             return
         # The same drain kept: nothing to note. A drain that replaced another record in the same run
@@ -305,6 +335,23 @@ class Session:
                         ledger.forget(ledgers.signature_of(before))     # an admin looked: the count starts again
         except (OSError, ValueError) as exc:
             outcome.notes.append(f"remediation ledger not saved: {getattr(exc, 'strerror', None) or exc}")
+
+    def _forget_kept(self, outcome: Outcome, before) -> None:
+        """An admin's resume: the reboot count kept in Slurm for the drain's signature goes too
+        (every count of ours when no record says which: a stateless node's)."""
+        from . import kept, ledger as ledgers
+
+        info = outcome.info
+        if info is None or not kept.reboots_kept(info.extra):
+            return
+        extra = kept.forgetting(info.extra, [ledgers.signature_of(before)] if before is not None else [])
+        if extra == info.extra:
+            return
+        done = apply(self.backend, Decision("keep", self.node, "admin-resume-forget",
+                                            "an admin looked: the reboot count kept in Slurm starts again",
+                                            reason=extra, scontrol=extra_argv(self.node, extra)))
+        if not done.done:
+            outcome.notes.append(f"reboot count kept in Slurm not cleared: {done.error}")
 
     def save(self, state=None) -> Optional[str]:
         """Write the health state (``state``, else the session's); a problem as one line."""
@@ -382,10 +429,26 @@ class Session:
             if request.intent == "resume":
                 _forget_inspection(self.state, info, self.policy.reason_prefix)
             self.state.drained = None
+        elif info is not None and self.state.drained is None and decision.rule == "drained-same-cause":
+            self.state.drained = adopted(request, info, decision, causes, self.policy, now)
         elif info is not None and not (info.drained or info.down):
             self.state.drained = None            # resumed by someone (an admin, slurm-gpu resume)
         elif info is not None and decision.rule in FOREIGN_RULES:
             self.state.drained = None            # someone else's now
+
+
+def adopted(request: Request, info: NodeInfo, decision: Decision, causes: List[Any], policy, now: float):
+    """The record of a drain of ours found in Slurm with no record of it here (a stateless node
+    after its reboot, the fault still there): what remediation and the resume need, rebuilt from
+    Slurm. Made in another boot when the node booted since the reason was set."""
+    cause = decision.cause.cause
+    mode = "never" if GAVE_UP_KEY in decision.cause.keys else \
+        next((c.resume_mode for c in causes if c.key == cause), None) or policy.resume_mode(decision.cause.check or "",
+                                                                                             cause=cause)
+    boot = "" if booted_since_reason(info) else request.boot_id
+    return node_state.Drained(cause=cause, resume_mode=mode, boot_id=boot, at=info.reason_epoch or now,
+                              reason=info.reason, evidence=[c.finding.to_json() for c in causes if c.key == cause],
+                              by=request.by)
 
 
 def _forget_inspection(state, info: Optional[NodeInfo], prefix: str) -> None:

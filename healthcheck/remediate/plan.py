@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..actions.decision import GAVE_UP_KEY
 from ..config.settings import RemediatePolicy
 from ..plain import plain
 
@@ -112,7 +113,7 @@ def rebooting(nodes: Sequence[Any], this: str) -> List[str]:
 # Our reason's keys that remediation adds: the node is drained for inspection after N reboots
 # (``reboots:2``; the summary then starts with "inspect"), or claims a turn to reboot within the
 # cluster-wide budget (``next:reboot``, for the few seconds until the others' claims are seen).
-INSPECT_KEY = "reboots"
+INSPECT_KEY = GAVE_UP_KEY
 CLAIM_KEY, CLAIM_VALUE = "next", "reboot"
 
 

@@ -11,12 +11,12 @@ from typing import List, Optional, Sequence
 from ..actions import budget
 from ..actions.decision import Decision
 from ..actions.gate import SLURM_UNREACHABLE, Outcome, Request, Session, apply
-from ..actions import ledger as ledgers
+from ..actions import kept, ledger as ledgers
 from ..actions.gpu_reset import reset_argv, reset_target, resolved
 from ..config.settings import RemediatePolicy
 from ..drain_reason import format_reason, parse_reason
 from ..plain import replace
-from ..slurm.backend import NodeInfo, SlurmError, drain_argv, reboot_argv
+from ..slurm.backend import NodeInfo, SlurmError, drain_argv, extra_argv, reboot_argv
 from .plan import (CLAIM_KEY, CLAIM_VALUE, INSPECT_KEY, Situation, Step, inspect_reason, next_step,
                    reason_with, reboot_turn, rebooting, within)
 
@@ -72,13 +72,33 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
                 step = Step("wait-budget", "reboot-budget", "another node's turn within [remediate] max_rebooting_nodes")
         except SlurmError as exc:
             step = Step("none", "slurm-unreachable", f"Slurm could not be asked for the reboot budget ({exc})")
+    kept = _keep_reboot(door, info, sign, now, rpolicy.window_s) if step.kind == "reboot" else None
     outcome = _submit(door, situation, step, boot_id, now)
     outcome.notes[:0] = said
+    if kept is not None:
+        outcome.notes.append(kept)
     if outcome.applied.done and outcome.decision.kind == "reboot":
         ledger.note_reboot(sign, record.cause, boot_id, now)
+    elif step.kind == "reboot" and kept is None:
+        _keep(door, info.extra, "remediate-keep-undo", "no reboot after all: the count kept goes back")
     elif outcome.applied.done and outcome.decision.kind == "drain":
         ledger.note_inspect(sign, record.cause, now)
     return outcome
+
+
+def _keep(door: Session, extra: str, rule: str, why: str) -> Optional[str]:
+    """The node's Extra set to ``extra`` through the gate's edge; a failure as one line."""
+    done = apply(door.backend, Decision("keep", door.node, rule, why, reason=extra,
+                                        scontrol=extra_argv(door.node, extra)), dry_run=door.dry_run)
+    return None if done.done or done.dry_run else f"remediation: reboot count not kept in Slurm ({done.error})"
+
+
+def _keep_reboot(door: Session, info: NodeInfo, sign: str, now: float, window_s: float) -> Optional[str]:
+    """Before the reboot is asked: its count kept with the node in Slurm (``actions/kept.py``),
+    where a stateless node finds it after the boot. Not kept (Slurm refused): one line, and the
+    reboot goes ahead on the local count."""
+    return _keep(door, kept.noting_reboot(info.extra, sign, now, window_s), "remediate-keep",
+                 "the reboot counted with the node in Slurm (Extra), where it outlives the boot")
 
 
 def _submit(door: Session, situation: Situation, step: Step, boot_id: str, now: float,
@@ -142,12 +162,16 @@ def situation_of(record, info: NodeInfo, ours, ledger, sign: str, boot_id: str, 
     """What the remediation decision looks at (``plan.Situation``), from the drain record, Slurm's
     node, our reason on it and the ledger."""
     entry = ledger.entries.get(sign)
+    # The reboots counted here, or in Slurm (a stateless node starts each boot with no ledger):
+    # the larger count holds.
+    local = len(within(entry.reboots, now, rpolicy.window_s)) if entry else 0
+    slurm = len(within(kept.times_for(info.extra, sign), now, rpolicy.window_s))
     asked = ledger.asked_in(boot_id) if ledger.asked is not None and ledger.asked.signature == sign else ""
     return Situation(
         ours=ours is not None, resume_mode=record.resume_mode, flags=tuple(info.flags),
         idle=info.drained and info.base == "IDLE" and not info.has("COMPLETING"),
         inspecting=ours is not None and INSPECT_KEY in ours.keys, asked=asked,
-        reboots=len(within(entry.reboots, now, rpolicy.window_s)) if entry else 0,
+        reboots=max(local, slurm),
         resets=entry.resets.get(boot_id, 0) if entry else 0,
         gpu_scoped=ours is not None and ours.subject.startswith("gpu"),
         gpu_busy=ours is not None and ours.subject in {f"gpu{index}" for index in busy_gpus},

@@ -30,6 +30,8 @@ class NodeInfo:
     raw: Dict[str, str] = field(default_factory=dict)
     reason_epoch: Optional[float] = None    # when the reason was set (seconds since the epoch)
     partitions: List[str] = field(default_factory=list)
+    extra: str = ""                         # the node's Extra (an admin's text; ours: actions/kept.py)
+    boot_epoch: Optional[float] = None      # the node's BootTime (seconds since the epoch), None when unknown
 
     @property
     def flags(self) -> List[str]:
@@ -86,6 +88,7 @@ class SlurmBackend(Protocol):
     def drain(self, name: str, reason: str) -> None: ...
     def resume(self, name: str) -> None: ...
     def reboot(self, name: str, reason: str) -> None: ...
+    def set_extra(self, name: str, text: str) -> None: ...
     def job(self, job_id: str) -> Optional[JobInfo]: ...
     def set_admin_comment(self, job_id: str, text: str) -> None: ...
     def accounting(self, job_ids: List[str], fields: List[str],
@@ -157,6 +160,13 @@ def drain_argv(name: str, reason: str) -> Tuple[str, ...]:
 
 def resume_argv(name: str) -> Tuple[str, ...]:
     return ("update", f"nodename={name}", "state=resume")
+
+
+def extra_argv(name: str, text: str) -> Tuple[str, ...]:
+    """The node's Extra set to ``text`` (the whole field: the caller merged ours into what was
+    there, ``actions/kept.py``). Slurm keeps it across the node's reboots and slurmctld's
+    restarts (measured: docs/slurm-versions.md)."""
+    return ("update", f"nodename={name}", f"extra={text}")
 
 
 def reboot_argv(name: str, reason: str) -> Tuple[str, ...]:

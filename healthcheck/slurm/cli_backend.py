@@ -16,7 +16,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..safeio import programs
-from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, local_epoch, one_node, reboot_argv, resume_argv
+from .backend import JobInfo, NodeInfo, SlurmError, drain_argv, extra_argv, local_epoch, one_node, reboot_argv, resume_argv
 
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 FIELD_SEPARATOR = "\x1f"   # cannot appear in a typed comment, unlike "|"
@@ -35,6 +35,19 @@ def scontrol_pairs(line: str) -> List[Tuple[str, str]]:
         if sep:
             pairs.append((key, value))
     return pairs
+
+
+def extra_from_text(line: str) -> str:
+    """A node's Extra from a 22.05 ``scontrol show node -o`` line, whole: an admin's ``a=1 b=2``
+    would read as two pairs. 22.05 prints Extra after ExtSensorsTemp and before the Reason
+    (measured in the lab), so it runs to " Reason=" or to the end of the line. "" when unset."""
+    start = line.find(" Extra=")
+    if start < 0:
+        return ""
+    start += len(" Extra=")
+    end = line.find(" Reason=", start)
+    text = (line[start:end] if end >= 0 else line[start:]).strip()
+    return "" if text == "(null)" else text
 
 
 def parse_scontrol_record(line: str) -> Dict[str, str]:
@@ -288,7 +301,9 @@ def node_from_json(item: Dict) -> NodeInfo:
                     reason_user=str(item.get("reason_set_by_user") or ""),
                     reason_time=_iso(changed) if changed else "", reason_epoch=float(changed) if changed else None,
                     partitions=[str(p) for p in partitions] if isinstance(partitions, list) else [],
-                    raw={"Gres": str(item["gres"])} if isinstance(item.get("gres"), str) else {})
+                    raw={"Gres": str(item["gres"])} if isinstance(item.get("gres"), str) else {},
+                    extra=str(item.get("extra") or ""),
+                    boot_epoch=float(json_number(item.get("boot_time")) or 0) or None)
 
 
 class CliBackend:
@@ -345,7 +360,7 @@ class CliBackend:
         return done.stdout
 
     # -- nodes -----------------------------------------------------------------------------
-    def _node_from_fields(self, fields: Dict[str, str]) -> NodeInfo:
+    def _node_from_fields(self, fields: Dict[str, str], line: str = "") -> NodeInfo:
         reason = fields.get("Reason", "")
         user = ""
         # "Reason=text [root@2026-11-30T05:20:00]": the bracket names who set it.
@@ -356,6 +371,8 @@ class CliBackend:
         return NodeInfo(name=fields.get("NodeName", ""), state=fields.get("State", ""),
                         reason="" if reason == "(null)" else reason, reason_user=user, reason_time=when,
                         raw=fields, reason_epoch=local_epoch(when) if when else None,
+                        extra=extra_from_text(line) if line else fields.get("Extra", ""),
+                        boot_epoch=local_epoch(fields.get("BootTime", "")) if fields.get("BootTime") else None,
                         partitions=[p.strip() for p in fields.get("Partitions", "").split(",") if p.strip() not in ("", "(null)")])
 
     def node(self, name: str) -> NodeInfo:
@@ -367,7 +384,7 @@ class CliBackend:
         out = self.run("scontrol", ["show", "node", "-o", name])
         for line in out.splitlines():
             if line.startswith("NodeName="):
-                return self._node_from_fields(parse_scontrol_record(line))
+                return self._node_from_fields(parse_scontrol_record(line), line)
         raise SlurmError(f"scontrol show node {name}: no such node")
 
     def nodes(self) -> List[NodeInfo]:
@@ -375,7 +392,7 @@ class CliBackend:
             return [node_from_json(item) for item in self._json("scontrol", ["show", "node"]).get("nodes") or []
                     if isinstance(item, dict) and item.get("name")]
         out = self.run("scontrol", ["show", "node", "-o"])
-        return [self._node_from_fields(parse_scontrol_record(line))
+        return [self._node_from_fields(parse_scontrol_record(line), line)
                 for line in out.splitlines() if line.startswith("NodeName=")]
 
     def sinfo_nodes(self) -> List[NodeInfo]:
@@ -405,6 +422,9 @@ class CliBackend:
 
     def reboot(self, name: str, reason: str) -> None:
         self.run("scontrol", reboot_argv(one_node(name), reason))
+
+    def set_extra(self, name: str, text: str) -> None:
+        self.run("scontrol", extra_argv(one_node(name), text))
 
     # -- jobs ------------------------------------------------------------------------------
     def job(self, job_id: str) -> Optional[JobInfo]:
