@@ -73,12 +73,16 @@ def lab() -> None:
               help="How many nodes, gpu1..gpuN, each with its slurmd, its simulated GPUs (the shipped healthy "
                    "H100 profile) and its slurm-gpu-watch (default: 3). Another count than the running lab's "
                    "stops it first; the next `lab up` without it goes back to 3.")
+@click.option("--stateless", "stateless_nodes", is_flag=True,
+              help="The nodes boot as a diskless image does (Warewulf): the lab's RebootProgram empties a "
+                   "rebooted node's state and runtime directories (its simulated GPUs stay). The next "
+                   "`lab up` without it turns it off.")
 @click.option("--clean", is_flag=True,
               help="Stop the lab and wipe what earlier runs left (the hooks' state and outbox, jobs' output, "
                    "slurmctld's state, the slurmd spools, the accounting database) before starting it.")
 @_guarded
 def up(directory: Optional[str], version: Optional[str], health_interval: Optional[int], nodes: Optional[int],
-       clean: bool) -> None:
+       stateless_nodes: bool, clean: bool) -> None:
     """Install what is missing, start every daemon and one slurm-gpu-watch per node, install the
     hooks (idempotent).
 
@@ -87,7 +91,8 @@ def up(directory: Optional[str], version: Optional[str], health_interval: Option
     from slurm_hooks.lab import cluster
 
     paths = _lab_paths(directory)
-    cluster.up(paths, click.echo, version, health_interval=health_interval, clean=clean, nodes=nodes)
+    cluster.up(paths, click.echo, version, health_interval=health_interval, clean=clean, nodes=nodes,
+               stateless_nodes=stateless_nodes)
     for line in cluster.describe_up(paths):
         click.echo(line)
 

@@ -18,7 +18,7 @@ from . import LabError
 from . import daemons as D
 from . import monitoring
 from . import paths as P
-from . import releases, render, rootfs
+from . import releases, render, rootfs, stateless
 from . import watchers
 from .files import _check_safe_dir, make_dir, write_if_changed  # noqa: F401 (lab API)
 from .install import command, ensure_packages
@@ -188,10 +188,13 @@ def check_lab_dir(lab: LabPaths) -> None:
 
 
 def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None,
-       health_interval: Optional[int] = None, clean: bool = False, nodes: Optional[int] = None) -> Dict[str, object]:
+       health_interval: Optional[int] = None, clean: bool = False, nodes: Optional[int] = None,
+       stateless_nodes: bool = False) -> Dict[str, object]:
     """Bring the lab up on Slurm ``version`` (None: the default release). ``health_interval``:
     slurm.conf's HealthCheckInterval (None: the lab's default, 10 s). ``nodes``: how many nodes,
-    gpu1..gpuN (None: the default 3); another count than the running lab's stops it first. ``clean``: stop the lab
+    gpu1..gpuN (None: the default 3); another count than the running lab's stops it first.
+    ``stateless_nodes``: a node's reboot empties its state as a diskless image's does
+    (``stateless.py``; off again at the next ``up`` without it). ``clean``: stop the lab
     and wipe its state first (``wipe_state``): the cluster and the hooks start as on a new
     machine, whatever an earlier run left."""
     require_root()
@@ -203,7 +206,8 @@ def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None
             _down(lab, echo)
             wiped = wipe_state(lab, make_say(lab, echo))
         result = _up(lab, echo, release, health_interval, nodes)
-        result["wiped"] = wiped
+        stateless.set_stateless(lab, stateless_nodes)
+        result["wiped"], result["stateless"] = wiped, stateless_nodes
         return result
 
 
@@ -346,7 +350,10 @@ def resize(lab: LabPaths, count: int, echo: Callable[[str], None]) -> Optional[i
 
 
 def describe_up(lab: LabPaths) -> List[str]:
-    lines = [f"lab directory: {lab.root}", f"slurm: {releases.current(lab).describe()}", "logs:"]
+    lines = [f"lab directory: {lab.root}", f"slurm: {releases.current(lab).describe()}"]
+    if stateless.is_stateless(lab):
+        lines += ["nodes: stateless (a reboot empties the node's state and runtime directories)"]
+    lines += ["logs:"]
     lines += [f"  {what:<18} {path}" for what, path in [*lab.log_files(), *monitoring.log_files(lab)]]
     lines += [f"Prometheus (the shipped alert rules loaded): {monitoring.prometheus_url()}"]
     lines += ["use it from a shell:", '  eval "$(slurm-gpu lab env' +

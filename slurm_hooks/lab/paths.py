@@ -116,6 +116,11 @@ class LabPaths:
         """How many nodes the lab was last brought up with (``lab up --nodes N``)."""
         return self._p("etc", "nodes")
 
+    @property
+    def stateless_file(self) -> str:
+        """Present while the lab's nodes boot as a diskless image (``lab up --stateless``)."""
+        return self._p("etc", "stateless")
+
     def nodes(self) -> Tuple[str, ...]:
         """The lab's nodes: gpu1..gpuN as the last ``lab up`` made them (none recorded: the default 3)."""
         try:

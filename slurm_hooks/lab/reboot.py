@@ -3,7 +3,8 @@
 slurmd runs the RebootProgram (without arguments, without the node's name: several slurmd share
 this host). It finds its node from the slurmd above it (``slurmd -N gpu2``), answers at once (a
 real node would be going down), and in a detached process: reboots the simulated node
-(``SimNode.reboot``: a new boot id, an empty kernel log, what a reboot clears cleared), stops
+(``SimNode.reboot``: a new boot id, an empty kernel log, what a reboot clears cleared; with
+``lab up --stateless`` the node's state and runtime directories emptied: ``stateless.py``), stops
 that node's slurmd and starts it again in a new time namespace whose boot time is now
 (``unshare --time --boottime``: slurmd reports its uptime from ``sysinfo(2)``, which follows the
 namespace). Slurm then sees a new ``BootTime`` and ends the reboot (the node's state after it: docs/slurm-versions.md).
@@ -17,6 +18,7 @@ import sys
 import time
 from typing import List, Optional
 
+from . import stateless
 from .boots import boot_file
 from .paths import LabPaths, lab_dir
 
@@ -54,6 +56,11 @@ def reboot_node(lab: LabPaths, node: str, say=print) -> None:
     D.stop(lab, [daemon], say)
     config = Config.load(lab.hooks_config)
     SimNode(config.state_dir, node, config.sim_profile_path(node)).reboot()
+    if stateless.is_stateless(lab):
+        from healthcheck.compiled import CACHE_DIR
+
+        gone = stateless.forget_node(config.state_dir, node, [CACHE_DIR])
+        say(f"{node}: stateless boot: {len(gone)} state and runtime entries gone")
     time.sleep(DOWN_FOR_S)
     atomic_write(boot_file(lab, node), f"{time.time():.3f}\n", mode=0o644)
     D.start(lab, daemon, say)

@@ -16,7 +16,7 @@ from typing import Optional
 import pytest
 
 from healthcheck.config import Config
-from healthcheck.actions import ledger as ledgers
+from healthcheck.actions import kept, ledger as ledgers
 from healthcheck.sim.node import SimNode
 from healthcheck.slurm.cli_backend import CliBackend
 from slurm_hooks.lab import watchers
@@ -62,6 +62,15 @@ def distinct_boots(epochs) -> int:
     return count
 
 
+def forget_kept(lab, node: str) -> None:
+    """The reboot counts remediation keeps in the node's Extra (healthcheck/actions/kept.py) go,
+    another tool's words stay: the next test counts from zero."""
+    extra = backend(lab).node(node).extra
+    if kept.reboots_kept(extra):
+        done = lab.run("scontrol", "update", f"nodename={node}", f"extra={kept.forgetting(extra)}")
+        assert done.returncode == 0, done.stderr
+
+
 class Remediating:
     """The lab's hooks config with [remediate] on, restored afterwards with every node healthy."""
 
@@ -77,6 +86,7 @@ class Remediating:
     def __enter__(self):
         for node in NODES:
             ledgers.save(self.state_dir, node, ledgers.Ledger())       # each test counts from zero
+            forget_kept(self.lab, node)                                 # here and in Slurm
         with open(self.lab.paths.hooks_config, "w", encoding="utf-8") as handle:
             handle.write(self.text)
         return self
@@ -93,6 +103,7 @@ class Remediating:
             if (info.drained or info.down) and info.reason.startswith(PREFIX):
                 slurm.resume(node)
             ledgers.save(self.state_dir, node, ledgers.Ledger())
+            forget_kept(self.lab, node)
         time.sleep(2)          # resumed nodes are idle* until the next ping
         return False
 
