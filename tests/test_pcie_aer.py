@@ -168,3 +168,19 @@ def test_the_aer_profiles_drain_their_one_gpu_without_any_expectation(tmp_path, 
     cfg = make_config(tiers={"health": AER_CHECKS})
     report = run_checks(cfg, "n1", "health", sources=sim(tmp_path, name))
     assert [(f.check, f.gpu, f.action) for f in report.findings] == [(check, gpu, "drain")]
+
+
+def test_new_drains_are_confirmed_and_resumed_as_the_docs_say():
+    """docs/configuration.md [health]: a fatal AER error and a slowdown rate drain at once; only a
+    reboot clears the AER counters, so a fatal one resumes after a reboot."""
+    from healthcheck.actions.decision import Policy
+    from healthcheck.config import Config
+    from healthcheck.health.policy import HealthPolicy
+
+    cfg = Config.from_document({}, None)
+    health = HealthPolicy.from_config(cfg)
+    assert health.confirm("gpu.pcie.aer_fatal") == health.confirm("gpu.clock_events.rate") == 1
+    assert health.confirm("gpu.pcie.aer_nonfatal") == health.confirm_runs == 2
+    policy = cfg.typed(Policy)
+    assert policy.resume_mode("gpu.pcie.aer_fatal") == "after_reboot"
+    assert policy.resume_mode("gpu.pcie.aer_nonfatal") == policy.resume_mode("gpu.clock_events.rate") == "auto"
