@@ -16,7 +16,8 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 class CheckSpec:
     id: str
     target: str                    # "module:function" under healthcheck.checks
-    # "nvml:<group>" (see facts.NVML_READ_GROUPS), "nvml", "ib", "dcgm", "kernel", "perftest"
+    # "nvml:<group>" (see facts.NVML_READ_GROUPS), "nvml", "ib", "dcgm", "kernel", "perftest",
+    # "aer" (the GPUs' PCIe AER counters in sysfs, read for the bus ids NVML gives)
     needs: Tuple[str, ...]
     samples: Optional[str] = None  # "module:function" giving the counters it judges growth of
     summary: str = ""
@@ -50,10 +51,21 @@ _SPECS = (
               summary="temperature below the slowdown threshold"),
     CheckSpec("gpu.clock_events", "gpu_thermal:clock_events", ("nvml:clocks",),
               summary="no HW slowdown, HW thermal or power-brake clock events"),
+    CheckSpec("gpu.clock_events.rate", "gpu_thermal:clock_slowdown_rate", ("nvml:clocks",),
+              samples="gpu_thermal:clock_slowdown_samples",
+              summary="a hardware slowdown is not seen in too many runs within a window"),
     CheckSpec("gpu.power_limit", "gpu_power:power_limit", ("nvml:power",),
               summary="enforced power limit not below [[nodes]] power_limit_w"),
     CheckSpec("gpu.pcie", "gpu_pcie:pcie_link", ("nvml:pcie",),
               summary="PCIe link at its full width and generation"),
+    CheckSpec("gpu.pcie.aer_fatal", "pcie_aer:aer_fatal", ("nvml", "aer"),
+              summary="no fatal PCIe AER error on a GPU since boot"),
+    CheckSpec("gpu.pcie.aer_nonfatal", "pcie_aer:aer_nonfatal", ("nvml", "aer"),
+              samples="pcie_aer:aer_nonfatal_samples",
+              summary="uncorrectable non-fatal PCIe AER errors neither many since boot nor growing"),
+    CheckSpec("gpu.pcie.aer_correctable_rate", "pcie_aer:aer_correctable_rate", ("nvml", "aer"),
+              samples="pcie_aer:aer_correctable_samples",
+              summary="correctable PCIe AER errors do not grow fast"),
     CheckSpec("gpu.processes", "gpu_processes:stray_processes", ("nvml:processes",),
               summary="no compute process holds GPU memory (before a job starts)"),
     CheckSpec("nvlink.down", "nvlink:links_down", ("nvml:nvlink",),

@@ -100,3 +100,38 @@ def driver_exports(driver_version: str, function: str) -> bool:
     if entry is None:
         return True
     return BRANCHES.index(entry.since) <= BRANCHES.index(branch_of(driver_version))
+
+
+# -- clock event reasons: noise or slowdown (data/clock-event-reasons.tsv) --------------------
+
+@plain(frozen=True)
+class ClockEventReason:
+    bit: int
+    name: str         # how a finding names it ("HW slowdown")
+    constant: str     # nvml.h's name
+    kind: str         # noise | slowdown
+
+
+CLOCK_EVENT_KINDS = ("noise", "slowdown")
+
+
+@lru_cache(maxsize=1)
+def clock_event_reasons() -> Tuple[ClockEventReason, ...]:
+    """Every row of ``clock-event-reasons.tsv``, lowest bit first."""
+    text = datafiles.read_text("clock-event-reasons.tsv")
+    rows = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    out = []
+    for line in rows[1:]:    # the header
+        bit, name, constant, kind = line.split("\t")
+        if kind not in CLOCK_EVENT_KINDS:
+            raise ValueError(f"clock-event-reasons.tsv: {constant}: unknown class {kind!r}")
+        value = int(bit, 16)
+        if value <= 0 or value & (value - 1):
+            raise ValueError(f"clock-event-reasons.tsv: {constant}: {bit} is not one bit")
+        out.append(ClockEventReason(value, name, constant, kind))
+    return tuple(sorted(out, key=lambda reason: reason.bit))
+
+
+def slowdown_reasons(mask: int) -> Tuple[ClockEventReason, ...]:
+    """The reasons of ``mask`` the table calls slowdown (noise and unlisted bits left out)."""
+    return tuple(r for r in clock_event_reasons() if r.kind == "slowdown" and mask & r.bit)

@@ -236,5 +236,71 @@ class RunFacts:
     dcgm: Optional[DcgmFacts] = None
     kernel: Optional[KernelLogFacts] = None
     ib_bandwidth: Optional[IbBandwidthFacts] = None
+    aer: Optional["PcieAerFacts"] = None         # the GPUs' PCIe AER counters
     # Counters as read, before this run's samples are committed: {key: [[time, value], ...]}
     history: Dict[str, List[List[float]]] = field(default_factory=dict)
+
+
+# -- PCIe AER (Advanced Error Reporting) ------------------------------------------------------
+# The kernel's AER statistics per PCI device (Linux 4.19+, Documentation/ABI/testing/
+# sysfs-bus-pci-devices-aer_stats): <sysfs>/bus/pci/devices/<address>/aer_dev_{correctable,
+# fatal,nonfatal}, each one "NAME COUNT" line per error kind the kernel names (a bit it does not
+# name and that counted: "<array>_bit[N] COUNT"), then the total of ERR_* messages the device
+# sent ("TOTAL_ERR_COR N", "TOTAL_ERR_FATAL N", "TOTAL_ERR_NONFATAL N"; since one message can
+# carry several errors, not the sum of the lines). Counters since boot (64-bit), never cleared
+# otherwise. Read by the AER probe, written by the simulator.
+AER_KINDS = ("fatal", "nonfatal", "correctable")
+AER_FILES = {"fatal": "aer_dev_fatal", "nonfatal": "aer_dev_nonfatal", "correctable": "aer_dev_correctable"}
+AER_TOTALS = {"fatal": "TOTAL_ERR_FATAL", "nonfatal": "TOTAL_ERR_NONFATAL", "correctable": "TOTAL_ERR_COR"}
+# The names the kernel prints (drivers/pci/pcie/aer.c, aer_{un,}correctable_error_string, 5.x
+# on; 4.19 spelled them out, "Receiver Error", which parses the same: the count is the last word).
+AER_CORRECTABLE_NAMES = ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr",
+                         "HeaderOF")
+AER_UNCORRECTABLE_NAMES = ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF",
+                           "MalfTLP", "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP",
+                           "AtomicOpBlocked", "TLPBlockedErr", "PoisonTLPBlocked")
+_SYSFS_PCI = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+def sysfs_pci_address(nvml_bus_id: str) -> Optional[str]:
+    """NVML's ``00000000:18:00.0`` as sysfs names the device, ``0000:18:00.0``; None for
+    anything that is no PCI address (it becomes a path component)."""
+    domain, _, rest = str(nvml_bus_id).strip().partition(":")
+    address = f"{domain[-4:]}:{rest}".lower()
+    return address if _SYSFS_PCI.fullmatch(address) else None
+
+
+def parse_aer(text: str, kind: str) -> Tuple[Optional[int], Dict[str, int]]:
+    """An ``aer_dev_*`` file -> (its TOTAL_ERR_* count, {error name: count}); the total is None
+    when the file has no total line (not the kernel's format)."""
+    total: Optional[int] = None
+    counts: Dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.strip().rpartition(" ")
+        name = name.strip()
+        if not name or not value.isdigit():
+            continue
+        if name == AER_TOTALS[kind]:
+            total = int(value)
+        else:
+            counts[name] = int(value)
+    return total, counts
+
+
+@plain
+class PcieAerDevice:
+    address: str                                 # sysfs's 0000:18:00.0
+    # kind -> the TOTAL_ERR_* count; None: no such file (no AER capability, kernel before 4.19)
+    totals: Dict[str, Optional[int]] = field(default_factory=dict)
+    counts: Dict[str, Dict[str, int]] = field(default_factory=dict)   # kind -> {error name: count}
+    errors: Dict[str, str] = field(default_factory=dict)              # kind -> why unreadable
+
+
+@plain
+class PcieAerFacts:
+    status: str = "ok"                           # ok | error
+    message: str = ""
+    devices: Dict[str, PcieAerDevice] = field(default_factory=dict)   # by NVML bus id
+
+    def device(self, nvml_bus_id: Optional[str]) -> Optional[PcieAerDevice]:
+        return self.devices.get(nvml_bus_id) if nvml_bus_id else None

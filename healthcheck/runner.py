@@ -191,9 +191,15 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
                                   gpus=nvml.gpus if nvml is not None and nvml.status == "ok" else (), now=now,
                                   consumer=consumer)
 
+    aer = None
+    if "aer" in wanted:
+        from .probes.aer_sysfs import aer_for_gpus
+
+        aer = aer_for_gpus(sources.sysfs_root, nvml)
+
     inp = CheckInput(node=node, expected=config.expected_hardware(node), thresholds=config.section("thresholds"),
                      actions=config.section("actions"), nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=history,
-                     now=now, gpus=job_gpus, tier=tier, ib_bandwidth=ib_bandwidth)
+                     now=now, gpus=job_gpus, tier=tier, ib_bandwidth=ib_bandwidth, aer=aer)
     from .checks.probe_health import probe_findings
 
     findings = probe_findings(inp) + extra
@@ -217,7 +223,7 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
     report = Report(node=node, status=worst_status(findings), findings=findings,
                     duration_ms=int((time.monotonic() - started) * 1000), tier=tier,
                     facts=RunFacts(nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=dict(history),
-                                   ib_bandwidth=ib_bandwidth),
+                                   ib_bandwidth=ib_bandwidth, aer=aer),
                     pending=pending)
     if commit:
         report.add(report.commit())

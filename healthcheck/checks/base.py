@@ -6,6 +6,7 @@ from ..plain import field, plain
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
 from ..facts import DcgmFacts, GpuFacts, IbBandwidthFacts, IbFacts, IbPortFacts, KernelLogFacts, NvmlFacts
+from ..facts import PcieAerFacts
 from ..findings import Finding, action_for
 
 
@@ -24,6 +25,7 @@ class CheckInput:
     gpus: Optional[FrozenSet[int]] = None  # the job's GPUs (NVML indices); None: all
     tier: str = "health"
     ib_bandwidth: Optional[IbBandwidthFacts] = None
+    aer: Optional[PcieAerFacts] = None      # the GPUs' PCIe AER counters (sysfs)
 
     def threshold(self, name: str) -> float:
         try:

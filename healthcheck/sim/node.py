@@ -8,7 +8,8 @@ Layout under ``<state_dir>/sim/<node>/``::
                           (``profile.load_live``; ignored once profile.toml changes otherwise)
     source                the shipped profile it was made from (for ``sim reset``)
     sys/class/infiniband  the rendered IB ports (the sysfs reader's root is ``sys``)
-    sys/devices, sys/bus/pci/devices   the GPUs' and HCAs' PCI devices (NUMA node, PCIe switch)
+    sys/devices, sys/bus/pci/devices   the GPUs' and HCAs' PCI devices (NUMA node, PCIe switch;
+                          a GPU's PCIe AER counters, aer_dev_{fatal,nonfatal,correctable})
     proc/driver/nvidia/gpus            the driver's information file per GPU (device minor)
     kern.log              the kernel log (``--log`` lines are appended, never rewritten)
     boot_id               the node's boot id (``/proc/sys/kernel/random/boot_id``); ``sim reboot``
@@ -24,7 +25,7 @@ import sys
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..safeio import tomlio
-from ..facts import IB_COUNTER_BITS
+from ..facts import AER_CORRECTABLE_NAMES, AER_FILES, AER_KINDS, AER_TOTALS, AER_UNCORRECTABLE_NAMES, IB_COUNTER_BITS
 from ..safeio.fsutil import (_process_alive, append_line, atomic_write, ensure_dir, ensure_state_dir, locked,
                              path_component)
 from . import profile as profiles
@@ -74,13 +75,14 @@ class SimNode:
         """A reboot: a new boot id, an empty kernel log, and what a reboot clears cleared (a
         lost or hung GPU answers again, volatile ECC counts restart, pending row remaps and
         page retirements are applied, the driver's recovery action is back to none). What
-        hardware keeps stays: lifetime ECC counts, a row remap failure, a link or port that is
+        hardware keeps stays (the PCIe AER counters restart at boot, not at a GPU reset): lifetime ECC counts, a row remap failure, a link or port that is
         down, a missing GPU; a GPU with ``lost_every_boot`` (a lemon) falls off the bus again."""
         self.ensure()
         with locked(self._lock_path):
             live = self.load()
             for gpu in live["gpu"]:
                 _cleared(gpu)
+                _aer_cleared(gpu)
                 if gpu.get("lost_every_boot") and gpu.get("state") != "absent":
                     gpu["state"] = "lost"
             if live.get("node", {}).get("nvml") == "hang":
@@ -278,7 +280,9 @@ def render_sysfs(profile: Dict[str, Any], root: str) -> None:
     ensure_dir(base)
     for gpu in profile["gpu"]:
         if gpu["state"] != "absent":
-            _pci_device(root, sysfs_address(gpu["pci_bus_id"]), gpu.get("pcie_switch", ""), gpu.get("numa_node", -1))
+            device = _pci_device(root, sysfs_address(gpu["pci_bus_id"]), gpu.get("pcie_switch", ""),
+                                 gpu.get("numa_node", -1))
+            _render_aer(device, gpu.get("aer", {}))
     for port in profile["ib"]:
         # The profile schema already refuses these; checked again where they become paths.
         hca_dir = os.path.join(base, path_component(port["hca"]))
@@ -302,6 +306,34 @@ def render_sysfs(profile: Dict[str, Any], root: str) -> None:
     wanted = {port["hca"] for port in profile["ib"]}
     for stale in set(os.listdir(base)) - wanted:
         _rmtree(os.path.join(base, stale), ignore_errors=True)
+
+
+# Where the simulator counts a profile's AER totals, in the kernel's names (facts.AER_*_NAMES):
+# a receiver error, a completion timeout, a data link protocol error.
+_AER_NAMED = {"correctable": "RxErr", "nonfatal": "CmpltTO", "fatal": "DLP"}
+
+
+def aer_text(kind: str, total: int) -> str:
+    """An ``aer_dev_<kind>`` file as the kernel writes it, ``total`` counted on one error kind."""
+    names = AER_CORRECTABLE_NAMES if kind == "correctable" else AER_UNCORRECTABLE_NAMES
+    lines = [f"{name} {total if name == _AER_NAMED[kind] else 0}" for name in names]
+    return "\n".join(lines + [f"{AER_TOTALS[kind]} {total}"]) + "\n"
+
+
+def _render_aer(device: str, aer: Dict[str, Any]) -> None:
+    for kind in AER_KINDS:
+        path = os.path.join(device, AER_FILES[kind])
+        if aer.get("enabled", True):
+            atomic_write(path, aer_text(kind, int(aer.get(kind, 0))), mode=0o444)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
+
+def _aer_cleared(gpu: Dict[str, Any]) -> None:
+    """The kernel's AER counters start again at boot."""
+    for kind in AER_KINDS:
+        if kind in gpu.get("aer", {}):
+            gpu["aer"][kind] = 0
 
 
 def _pci_device(root: str, address: str, switch: str, numa_node: int) -> str:

@@ -49,6 +49,10 @@ GPU_SCHEMA: Dict[str, Any] = {
     "power_limit_w": Field(float, minimum=0),
     "clock_event_reasons": _INT0,
     "pcie": {"gen": _INT0, "gen_max": _INT0, "width": _INT0, "width_max": _INT0},
+    # The kernel's PCIe AER counters of the GPU's PCI device since boot (rendered as sysfs
+    # aer_dev_{fatal,nonfatal,correctable}; `sim reboot` clears them); enabled = false: a device
+    # without AER (no such files).
+    "aer": {"enabled": Field(bool), "fatal": _INT0, "nonfatal": _INT0, "correctable": _INT0},
     "ecc_enabled": Field(bool),
     "ecc": {"volatile_corrected": _INT0, "volatile_uncorrected": _INT0,
             "aggregate_corrected": _INT0, "aggregate_uncorrected": _INT0},
