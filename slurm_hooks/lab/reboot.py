@@ -57,9 +57,7 @@ def reboot_node(lab: LabPaths, node: str, say=print) -> None:
     config = Config.load(lab.hooks_config)
     SimNode(config.state_dir, node, config.sim_profile_path(node)).reboot()
     if stateless.is_stateless(lab):
-        from healthcheck.compiled import CACHE_DIR
-
-        gone = stateless.forget_node(config.state_dir, node, [CACHE_DIR])
+        gone = stateless.forget_node(config.state_dir, node, list(stateless.RUNTIME_DIRS))
         say(f"{node}: stateless boot: {len(gone)} state and runtime entries gone")
     time.sleep(DOWN_FOR_S)
     atomic_write(boot_file(lab, node), f"{time.time():.3f}\n", mode=0o644)

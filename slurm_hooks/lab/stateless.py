@@ -18,6 +18,9 @@ from .paths import LabPaths
 
 # The hardware of the simulated node (healthcheck/sim/node.py): not part of the image.
 HARDWARE_DIR = "sim"
+# What the hooks keep in /run (the compiled config, healthcheck.compiled.CACHE_DIR; a test holds
+# the two equal, the lab does not import the hooks' config cache).
+RUNTIME_DIRS = ("/run/slurm-gpu-hooks",)
 
 
 def is_stateless(lab: LabPaths) -> bool:
