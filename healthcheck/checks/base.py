@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..plain import field, plain
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
-from ..facts import DcgmFacts, GpuFacts, IbBandwidthFacts, IbFacts, IbPortFacts, KernelLogFacts, NvmlFacts
+from ..facts import DcgmFacts, GpuFacts, IbBandwidthFacts, IbFacts, IbPortFacts, ImexFacts, KernelLogFacts, NvmlFacts
 from ..findings import Finding, action_for
 
 
@@ -24,6 +24,7 @@ class CheckInput:
     gpus: Optional[FrozenSet[int]] = None  # the job's GPUs (NVML indices); None: all
     tier: str = "health"
     ib_bandwidth: Optional[IbBandwidthFacts] = None
+    imex: Optional[ImexFacts] = None       # read only where [[nodes]] imex_owned is true
 
     def threshold(self, name: str) -> float:
         try:
