@@ -148,6 +148,14 @@ def test_the_source_gates_every_function_some_branch_lacks():
             assert f"#ifdef HAVE_{name}\n" in source, f"{name} ({entry.since}) is exported on every branch"
 
 
+def test_the_source_gates_every_structure_version_a_branch_that_has_the_call_refuses():
+    source = open(SOURCE, encoding="utf-8").read()
+    for (name, version), entry in driver_support.struct_versions().items():
+        assert name in driver_support.functions(), name
+        if entry.since != driver_support.functions()[name].since:
+            assert f"#ifdef ACCEPTS_{name}_V{version}\n" in source, f"{name} v{version} ({entry.since})"
+
+
 # -- healthy on every branch, with both ends of the pynvml range -------------------------------------
 @pytest.mark.parametrize("bindings", ["newest", "floor"])
 @pytest.mark.parametrize("branch", sorted(DRIVERS))
