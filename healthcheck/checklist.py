@@ -16,7 +16,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 class CheckSpec:
     id: str
     target: str                    # "module:function" under healthcheck.checks
-    # "nvml:<group>" (see facts.NVML_READ_GROUPS), "nvml", "ib", "dcgm", "kernel", "perftest",
+    # "nvml:<group>" (see facts.NVML_READ_GROUPS), "nvml", "ib", "dcgm", "kernel", "perftest", "imex",
     # "aer" (the GPUs' PCIe AER counters in sysfs, read for the bus ids NVML gives)
     needs: Tuple[str, ...]
     samples: Optional[str] = None  # "module:function" giving the counters it judges growth of
@@ -75,6 +75,12 @@ _SPECS = (
               summary="NVLink replay/recovery/CRC/ECC counters do not grow fast"),
     CheckSpec("nvlink.fabric", "fabric:fabric_state", ("nvml:fabric",),
               summary="NVSwitch fabric registration completed (fabric manager running)"),
+    # -- multi-node NVLink fabric (GB200 NVL72; fabric info v3, R570+) and its IMEX domain --
+    CheckSpec("nvlink.fabric_health", "fabric_health:fabric_health", ("nvml:fabric",),
+              summary="the NVLink fabric's health summary and mask report no fault (fabric info v3, R570+)"),
+    CheckSpec("imex.domain", "imex_domain:imex_domain", ("nvml:fabric", "imex"),
+              summary="the IMEX daemon is READY and a channel exists, where the node is in a multi-node NVLink "
+                      "domain and [[nodes]] imex_owned is true"),
     CheckSpec("ib.port", "ib_ports:ib_port", ("ib",),
               summary="every expected IB/RoCE port present, ACTIVE, LinkUp, right rate and link layer"),
     CheckSpec("ib.counters", "ib_counters:ib_counters", ("ib",),

@@ -74,6 +74,38 @@ def driver_knows_field(driver_version: str, number: int) -> bool:
     return True
 
 
+@plain(frozen=True)
+class NvmlStructVersion:
+    function: str     # the versioned call, e.g. nvmlDeviceGetGpuFabricInfoV
+    version: int      # of its structure (the high byte of the struct's version word)
+    since: str        # the first branch in BRANCHES that accepts it
+    fact: str
+    source: str
+
+
+@lru_cache(maxsize=1)
+def struct_versions() -> Dict[Tuple[str, int], NvmlStructVersion]:
+    """(function, version) -> its row of ``nvml-struct-versions.tsv``."""
+    text = datafiles.read_text("nvml-struct-versions.tsv")
+    out: Dict[Tuple[str, int], NvmlStructVersion] = {}
+    rows = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    for line in rows[1:]:    # the header
+        function, version, since, fact, source = line.split("\t")
+        if since not in BRANCHES:
+            raise ValueError(f"nvml-struct-versions.tsv: {function} v{version}: unknown branch {since!r}")
+        out[(function, int(version))] = NvmlStructVersion(function, int(version), since, fact, source)
+    return out
+
+
+def driver_accepts_version(driver_version: str, function: str, version: int) -> bool:
+    """Whether a driver of this version accepts ``function``'s structure ``version``; versions
+    outside the table are taken as accepted (the call's own export is ``driver_exports``)."""
+    entry = struct_versions().get((function, version))
+    if entry is None:
+        return True
+    return BRANCHES.index(entry.since) <= BRANCHES.index(branch_of(driver_version))
+
+
 def branch_of(driver_version: str) -> str:
     """``"535.161.08"`` -> ``"R535"``; ``"545.23.08"`` -> ``"R535"`` (the newest branch not above it)."""
     match = _VERSION.match(driver_version or "")

@@ -32,7 +32,8 @@ NVML_READ_GROUPS = {
 # The names a GpuFacts lists in ``unsupported`` when NVML answers NotSupported for a read
 # (a simulated GPU's ``not_supported`` takes the same names).
 NVML_UNSUPPORTED_NAMES = ("ecc", "remapped_rows", "retired_pages", "nvlink", "fabric", "power",
-                          "temperature", "clock_event_reasons", "pcie", "processes", "recovery_action")
+                          "temperature", "clock_event_reasons", "pcie", "processes", "recovery_action",
+                          "fabric_health")
 
 # NVLink data-link error counters, named as in pynvml's NVML_NVLINK_ERROR_DL_* constants.
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
@@ -48,7 +49,7 @@ IB_COUNTER_BITS = {"symbol_error": 16, "port_rcv_errors": 16, "link_downed": 8, 
 
 # The facts an NVML probe can lose to an old driver (healthcheck/data/nvml-functions.tsv) and
 # that [[nodes]] nvml_required can demand.
-NVML_DRIVER_FACTS = ("fabric", "clock_event_reasons", "processes")
+NVML_DRIVER_FACTS = ("fabric", "clock_event_reasons", "processes", "fabric_health")
 
 # NVML's GPU recovery action (nvml.h): the field id, read with nvmlDeviceGetFieldValues (pynvml
 # names it NVML_FI_DEV_GET_GPU_RECOVERY_ACTION from nvidia-ml-py 13; older bindings lack the
@@ -61,6 +62,39 @@ GPU_RECOVERY_ACTIONS = {0: "none", 1: "reset", 2: "reboot", 3: "drain_p2p", 4: "
 
 # NVML's fabric states (NVML_GPU_FABRIC_STATE_*), by value.
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+
+# -- fabric health (nvmlGpuFabricInfo_v3: healthSummary, healthMask; driver R570+) -----------------
+# NVML_GPU_FABRIC_HEALTH_SUMMARY_*, by value.
+FABRIC_HEALTH_SUMMARIES = {0: "not supported", 1: "healthy", 2: "unhealthy", 3: "limited capacity"}
+# The healthMask's fields (pynvml's NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_<NAME> and _WIDTH_<NAME>):
+# name -> (shift, width mask). The 2-bit fields read 0 not supported, 1 true, 2 false.
+FABRIC_HEALTH_MASK_FIELDS = {
+    "degraded_bw": (0, 0x3),
+    "route_recovery": (2, 0x3),
+    "route_unhealthy": (4, 0x3),
+    "access_timeout_recovery": (6, 0x3),
+    "incorrect_configuration": (8, 0xF),
+    "partition_assigned": (12, 0x3),
+    "gfm_state": (14, 0x3),
+}
+FABRIC_HEALTH_MASK_TRUE = 1          # NVML_GPU_FABRIC_HEALTH_MASK_<NAME>_TRUE of the 2-bit fields
+# NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_*, by value (0 not supported, 1 none).
+FABRIC_INCORRECT_CONFIGURATIONS = {0: "not supported", 1: "none", 2: "incorrect sysguid",
+                                   3: "incorrect chassis serial number", 4: "no partition",
+                                   5: "insufficient NVLinks", 6: "incompatible GPU firmware",
+                                   7: "invalid location", 8: "GPU state invalid"}
+
+
+def fabric_health_fields(mask: int) -> Dict[str, int]:
+    """The healthMask's fields, by name (FABRIC_HEALTH_MASK_FIELDS)."""
+    return {name: (mask >> shift) & width for name, (shift, width) in FABRIC_HEALTH_MASK_FIELDS.items()}
+
+
+def in_nvlink_domain(cluster_uuid: Optional[str], clique_id: Optional[int]) -> bool:
+    """Whether a GPU's fabric says it is in a multi-node NVLink domain (GB200 NVL72: a cluster
+    UUID and a clique id from the fabric manager); a single HGX box reports zeros."""
+    uuid_set = bool(cluster_uuid) and any(ch not in "0-" for ch in str(cluster_uuid))
+    return uuid_set or bool(clique_id)
 
 
 @plain
@@ -95,6 +129,11 @@ class GpuFacts:
     # FunctionNotFound or NVMLLibraryMismatchError): fact -> what was missing. Such a fact is
     # also in ``unsupported``; it fails nothing unless [[nodes]] nvml_required names it.
     driver_missing: Dict[str, str] = field(default_factory=dict)
+    # -- the multi-node NVLink fabric (GB200 NVL72 and later; see FABRIC_HEALTH_* below) --
+    fabric_cluster_uuid: Optional[str] = None    # the NVLink domain's cluster UUID (all zeros: none)
+    fabric_clique_id: Optional[int] = None       # the GPU's clique in it (0: none)
+    fabric_health_summary: Optional[int] = None  # NVML_GPU_FABRIC_HEALTH_SUMMARY_* (fabric info v3, R570+)
+    fabric_health_mask: Optional[int] = None     # NVML_GPU_FABRIC_HEALTH_MASK_* fields, packed
 
     def subject(self) -> str:
         where = f" ({self.pci_bus_id})" if self.pci_bus_id else ""
@@ -229,6 +268,16 @@ class KernelLogFacts:
 
 
 @plain
+class ImexFacts:
+    """The node's IMEX (multi-node NVLink memory export): its daemon and its channels."""
+    # ok | not_installed (no nvidia-imex-ctl) | timeout | error (it failed or printed nothing)
+    status: str = "ok"
+    message: str = ""
+    daemon: Optional[str] = None                 # what `nvidia-imex-ctl -q` printed: READY, WAITING_FOR_PEERS, ...
+    channels: List[int] = field(default_factory=list)   # N of /dev/nvidia-caps-imex-channels/channelN
+
+
+@plain
 class RunFacts:
     """Everything one ``run_checks`` gathered (None: not probed this run)."""
     nvml: Optional[NvmlFacts] = None
@@ -237,6 +286,7 @@ class RunFacts:
     kernel: Optional[KernelLogFacts] = None
     ib_bandwidth: Optional[IbBandwidthFacts] = None
     aer: Optional["PcieAerFacts"] = None         # the GPUs' PCIe AER counters
+    imex: Optional[ImexFacts] = None
     # Counters as read, before this run's samples are committed: {key: [[time, value], ...]}
     history: Dict[str, List[List[float]]] = field(default_factory=dict)
 

@@ -183,6 +183,13 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
     if "perftest" in wanted:
         ib_bandwidth = _run_perftest(config, node, sources, ib)
 
+    imex = None
+    if "imex" in wanted and config.expected_hardware(node).get("imex_owned"):
+        # IMEX is read only where the site says this tool owns it: no program runs elsewhere.
+        from .probes.imex import probe_imex
+
+        imex = probe_imex(sources.dev_root, probes.timeout_s, sources.programs_dir)
+
     kernel = None
     if "kernel" in wanted:
         from .probes.xid_events import probe_kernel_log
@@ -199,7 +206,7 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
 
     inp = CheckInput(node=node, expected=config.expected_hardware(node), thresholds=config.section("thresholds"),
                      actions=config.section("actions"), nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=history,
-                     now=now, gpus=job_gpus, tier=tier, ib_bandwidth=ib_bandwidth, aer=aer)
+                     now=now, gpus=job_gpus, tier=tier, ib_bandwidth=ib_bandwidth, aer=aer, imex=imex)
     from .checks.probe_health import probe_findings
 
     findings = probe_findings(inp) + extra
@@ -223,7 +230,7 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
     report = Report(node=node, status=worst_status(findings), findings=findings,
                     duration_ms=int((time.monotonic() - started) * 1000), tier=tier,
                     facts=RunFacts(nvml=nvml, ib=ib, dcgm=dcgm, kernel=kernel, history=dict(history),
-                                   ib_bandwidth=ib_bandwidth, aer=aer),
+                                   ib_bandwidth=ib_bandwidth, aer=aer, imex=imex),
                     pending=pending)
     if commit:
         report.add(report.commit())

@@ -70,6 +70,7 @@ class NodeSources:
     boot_id_path: str = "/proc/sys/kernel/random/boot_id"   # changes at every boot
     # Where the simulator's stand-in programs (ib_write_bw) are; None: the system's programs.
     programs_dir: Optional[str] = None
+    dev_root: str = "/dev"    # device files (the IMEX channels); the simulator's own tree
 
 
 def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeSources:
@@ -80,7 +81,7 @@ def sim_sources(node: str, state_dir: str, profile_path: Optional[str]) -> NodeS
     return NodeSources(node=node, nvml=LazyModule(_sim_pynvml, sim.live_path), sysfs_root=sim.sysfs_root,
                        kernel_log=sim.kernel_log_path, state_dir=state_dir, simulated=True,
                        boot_id_path=sim.boot_id_path,
-                       programs_dir=sim.programs_dir)
+                       programs_dir=sim.programs_dir, dev_root=sim.dev_root)
 
 
 def node_paths(config: Config, node: str):

@@ -18,6 +18,13 @@ HARDWARE: Dict[str, Dict[str, Any]] = {
     "A100 80GB PCIe": dict(gpus=4, gpu_model="A100", nvswitch_fabric=False,
                            ib_ports=["mlx5_0:1", "mlx5_1:1"], ib_rate_gbps=200,
                            ib_link_layer="InfiniBand", power_limit_w=300),
+    # GB200 before B200 (a GB200's name holds "B200"): a compute tray of an NVL72 rack.
+    "GB200": dict(gpus=4, gpu_model="GB200", nvlinks_per_gpu=18, nvswitch_fabric=True,
+                  ib_ports=[f"mlx5_{i}:1" for i in range(4)], ib_rate_gbps=400,
+                  ib_link_layer="InfiniBand", power_limit_w=1200, imex_owned=True),
+    "B200": dict(gpus=8, gpu_model="B200", nvlinks_per_gpu=18, nvswitch_fabric=True,
+                 ib_ports=[f"mlx5_{i}:1" for i in range(8)], ib_rate_gbps=400,
+                 ib_link_layer="InfiniBand", power_limit_w=1000),
     "H100": dict(gpus=8, gpu_model="H100", nvlinks_per_gpu=18, nvswitch_fabric=True,
                  ib_ports=[f"mlx5_{i}:1" for i in range(8)], ib_rate_gbps=400,
                  ib_link_layer="InfiniBand", power_limit_w=700),

@@ -162,3 +162,133 @@ def test_kernel_events_are_judged_once_per_consumer(tmp_path):
     [admin] = run_checks(cfg, "n1", "health", sources=sim(state, path), consumer="cli", commit=True).findings
     assert admin.evidence["code"] == 79
     assert run_checks(cfg, "n1", "health", sources=sim(state, path), commit=True).findings == []
+
+
+# -- B200 and GB200 NVL72 (fabric info v3, recovery actions 5-7) ---------------------------------------
+NEW_FABRIC_HEALTHY = ["b200-healthy.toml", "gb200-nvl72-healthy.toml", "gb200-fabric-mask-0xaa.toml"]
+
+
+@pytest.mark.parametrize("tier", ["prolog", "health", "deep"])
+@pytest.mark.parametrize("name", NEW_FABRIC_HEALTHY)
+def test_healthy_b200_and_gb200_pass_every_tier(tmp_path, name, tier):
+    path = os.path.join(SIM_PROFILES, name)
+    cfg = make_config(hardware=hardware_for(load_profile(path)["gpu"][0]["name"]),
+                      perftest={"server_wait_s": 0.1, "duration_s": 1},
+                      tiers={"deep": [cid for cid in CHECKS if cid != "dcgm.diag"]})
+    report = run_checks(cfg, "n1", tier, sources=sim(tmp_path, path))
+    assert (report.status, report.findings) == ("ok", []), [f"{f.check}: {f.message}" for f in report.findings]
+    assert "nvlink.fabric_health" in cfg.tier(tier)
+
+
+@pytest.mark.parametrize("name,gpus", [("gb200-fabric-limited-capacity.toml", [2]),
+                                       ("gb200-fabric-unhealthy.toml", [0]),
+                                       ("gb200-fabric-degraded-bw.toml", [1]),
+                                       ("gb200-fabric-route-recovery.toml", [1]),
+                                       ("gb200-fabric-route-unhealthy.toml", [1]),
+                                       ("gb200-fabric-access-timeout-recovery.toml", [1]),
+                                       ("gb200-fabric-incorrect-configuration.toml", [3])])
+def test_a_gb200_tray_with_an_unhealthy_fabric_fails_the_prolog_on_that_gpu_only(tmp_path, name, gpus):
+    path = os.path.join(SIM_PROFILES, name)
+    cfg = make_config(hardware=HARDWARE["GB200"])
+    report = run_checks(cfg, "n1", "prolog", sources=sim(tmp_path, path))
+    assert [(f.check, f.gpu, f.status, f.action) for f in report.findings] == \
+        [("nvlink.fabric_health", gpu, "fail", "drain") for gpu in gpus]
+    assert report.status == "fail" and report.action == "drain" and report.exit_code != 0
+
+
+def test_the_fabric_health_finding_says_what_the_driver_reported(tmp_path):
+    cfg = make_config(hardware=HARDWARE["GB200"])
+    limited = run_checks(cfg, "n1", "prolog", sources=sim(tmp_path / "a",
+                                                           os.path.join(SIM_PROFILES, "gb200-fabric-limited-capacity.toml")))
+    [finding] = limited.findings
+    assert "health summary limited capacity" in finding.message
+    assert finding.evidence["health_summary"] == "limited capacity"
+    assert finding.evidence["cluster_uuid"] == "6b1d3c2e-9f4a-4e1b-8c7d-2a5f0e9b7c31" and finding.evidence["clique_id"] == 32766
+    wrong = run_checks(cfg, "n1", "prolog", sources=sim(tmp_path / "b",
+                                                         os.path.join(SIM_PROFILES, "gb200-fabric-incorrect-configuration.toml")))
+    [finding] = wrong.findings
+    assert "incorrect configuration: insufficient NVLinks" in finding.message and finding.evidence["health_mask"] == "0x5aa"
+
+
+def test_fabric_health_is_not_judged_where_the_driver_is_older_than_r570(tmp_path):
+    """R550/R560 refuse fabric info v3 (NVML_ERROR_ARGUMENT_VERSION_MISMATCH): the probe reads the
+    fabric with v2, the health stays unknown, and nothing is judged (not a failure)."""
+    path = os.path.join(SIM_PROFILES, "gb200-fabric-limited-capacity.toml")
+    node = SimNode(str(tmp_path), "n1", path)
+    node.ensure()
+    node.inject([("node.driver_version", "560.35.03")])
+    cfg = make_config(hardware=HARDWARE["GB200"])
+    from healthcheck.sources import sim_sources
+
+    report = run_checks(cfg, "n1", "prolog", sources=sim_sources("n1", str(tmp_path), path))
+    assert (report.status, report.findings) == ("ok", [])
+    gpu = report.facts.nvml.gpus[2]
+    assert (gpu.fabric_state, gpu.fabric_health_summary, gpu.fabric_health_mask) == (3, None, None)
+    assert "fabric_health" in gpu.unsupported and gpu.driver_missing == {"fabric_health": "nvmlGpuFabricInfo_v3"}
+    assert gpu.fabric_clique_id == 32766          # the domain is still known (every version has it)
+    required = make_config(hardware=dict(HARDWARE["GB200"], nvml_required=["fabric_health"]))
+    demanded = run_checks(required, "n1", "prolog", sources=sim_sources("n1", str(tmp_path), path))
+    assert {(f.check, f.status) for f in demanded.findings} == {("gpu.nvml", "fail")}
+
+
+# -- IMEX: judged only in a multi-node NVLink domain, and only where the site says the tool owns it ------
+def _sim_injected(tmp_path, name, assignments):
+    from healthcheck.sources import sim_sources
+
+    path = os.path.join(SIM_PROFILES, name)
+    node = SimNode(str(tmp_path), "n1", path)
+    node.ensure()
+    if assignments:
+        node.inject(assignments)
+    return sim_sources("n1", str(tmp_path), path)
+
+
+@pytest.mark.parametrize("daemon", ["UNAVAILABLE", "WAITING_FOR_PEERS", "SHUTTING_DOWN", "READY", ""])
+def test_an_h100_node_with_no_imex_domain_never_gets_an_imex_finding(tmp_path, daemon):
+    """Whatever IMEX reports on a single HGX box (no cluster UUID, no clique, no channel), even
+    with imex_owned = true: no domain, no finding (DCGM#308's false drains). "": not installed."""
+    cfg = make_config(hardware=dict(HARDWARE["H100"], imex_owned=True))
+    sources = _sim_injected(tmp_path, "h100-healthy.toml", [("node.imex_daemon", daemon)])
+    for tier in ("prolog", "health"):
+        report = run_checks(cfg, "n1", tier, sources=sources)
+        assert not [f for f in report.findings if f.check.startswith("imex.")], report.findings
+        assert report.findings == [] and report.status == "ok"
+        assert report.facts.imex.daemon == (daemon or None)   # IMEX was asked: the domain decides
+
+
+def test_imex_channels_alone_put_a_node_in_a_domain(tmp_path):
+    """A node whose GPUs report no cluster UUID but that has IMEX channels is in a domain: its
+    IMEX is judged where the tool owns it."""
+    cfg = make_config(hardware=dict(HARDWARE["H100"], imex_owned=True))
+    sources = _sim_injected(tmp_path, "h100-healthy.toml", [("node.imex_channels", [0]),
+                                                              ("node.imex_daemon", "UNAVAILABLE")])
+    report = run_checks(cfg, "n1", "prolog", sources=sources)
+    assert [(f.check, f.status) for f in report.findings] == [("imex.domain", "fail")]
+
+
+@pytest.mark.parametrize("name,said", [("gb200-imex-down.toml", "the IMEX daemon is UNAVAILABLE, not READY"),
+                                       ("gb200-imex-no-channel.toml", "no IMEX channel")])
+def test_a_gb200_tray_whose_imex_is_down_fails_the_prolog_where_the_tool_owns_imex(tmp_path, name, said):
+    path = os.path.join(SIM_PROFILES, name)
+    owned = run_checks(make_config(hardware=HARDWARE["GB200"]), "n1", "prolog", sources=sim(tmp_path / "a", path))
+    [finding] = owned.findings
+    assert (finding.check, finding.status, finding.action, finding.gpu) == ("imex.domain", "fail", "drain", None)
+    assert said in finding.message
+    assert finding.evidence["domain"] == [{"cluster_uuid": "6b1d3c2e-9f4a-4e1b-8c7d-2a5f0e9b7c31", "clique_id": 32766}]
+    # imex_owned absent (the default): IMEX is someone else's, not even asked
+    theirs = dict(HARDWARE["GB200"])
+    del theirs["imex_owned"]
+    report = run_checks(make_config(hardware=theirs), "n1", "prolog", sources=sim(tmp_path / "b", path))
+    assert (report.status, report.findings, report.facts.imex) == ("ok", [], None)
+
+
+def test_an_imex_tool_that_does_not_answer_is_an_error_that_drains_nothing(tmp_path):
+    path = os.path.join(SIM_PROFILES, "gb200-nvl72-healthy.toml")
+    sources = sim(tmp_path, path)
+    ctl = os.path.join(sources.programs_dir, "nvidia-imex-ctl")
+    with open(ctl, "w") as handle:
+        handle.write("#!/bin/sh\necho 'connection refused' >&2\nexit 1\n")
+    report = run_checks(make_config(hardware=HARDWARE["GB200"]), "n1", "prolog", sources=sources)
+    [finding] = report.findings
+    assert (finding.check, finding.status, finding.action) == ("imex.domain", "error", "none")
+    assert "connection refused" in finding.message

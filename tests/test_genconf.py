@@ -48,15 +48,18 @@ def test_the_shipped_profiles_have_healthy_bases_with_faulty_variants():
 def test_the_printed_entry_passes_its_profile_and_fails_each_faulty_variant(tmp_path, name):
     printed = genconf("--sim", name)
     assert printed.exit_code == 0, printed.stderr
+    # The admin's choices the profile's hardware table makes (imex_owned): genconf leaves them out.
+    chosen = "".join(f"{key} = {json.dumps(value)}\n" for key, value in _raw(name).get("hardware", {}).items()
+                     if key not in PROBED_KEYS)
     # A short probe deadline only for the variants that hang (they expect probe.timeout): on a
     # loaded machine (CI, a lab coming up) a healthy probe may take more than a second.
     configs = {}
     for timeout in (1.0, 30.0):
         configs[timeout] = tmp_path / f"config-{timeout:g}.toml"
         configs[timeout].write_text(f"[gpu]\nprobe_timeout_s = {timeout}\n[perftest]\nduration_s = 1\n"
-                                    "server_wait_s = 0.1\n" + printed.stdout)
+                                    "server_wait_s = 0.1\n" + printed.stdout + chosen)
     [entry] = tomlio.load_file(str(configs[1.0]))["nodes"]
-    assert entry["match"] == "gpu1" and set(entry) - {"match"} <= set(PROBED_KEYS)
+    assert entry["match"] == "gpu1" and set(entry) - {"match"} <= set(PROBED_KEYS) | set(_raw(name)["hardware"])
 
     def check(profile):
         hangs = "probe.timeout" in _raw(profile).get("expect", {}).get("findings", [])
@@ -76,6 +79,8 @@ def test_the_printed_entry_says_what_the_profiles_own_hardware_table_says(name):
     entry, hardware = doc["entry"], _raw(name)["hardware"]
     assert doc["v"] == 1 and doc["node"] == "gpu1" and doc["slurm"] is None and doc["findings"] == []
     for key, value in hardware.items():
+        if key not in PROBED_KEYS:
+            continue                    # the admin's choice (imex_owned), not a probed fact
         if key == "gpu_model":
             assert value in entry[key], (key, entry[key])
         else:
@@ -84,7 +89,7 @@ def test_the_printed_entry_says_what_the_profiles_own_hardware_table_says(name):
 
 
 def test_it_prints_the_hardware_keys_and_leaves_the_admins_choices_to_the_admin():
-    choices = {"match", "nvml_required", "nccl_env"}
+    choices = {"match", "nvml_required", "nccl_env", "imex_owned"}
     assert list(PROBED_KEYS) == [key for key in CONFIG_SCHEMA["nodes"].item if key not in choices]
 
 

@@ -60,7 +60,8 @@ def test_the_data_files_are_complete():
 
 
 @pytest.mark.parametrize("value,action", [(0, "ignore"), (1, "reset_gpu"), (2, "reboot"), (3, "reset_gpu"),
-                                          (4, "reset_gpu")])
+                                          (4, "reset_gpu"), (5, "contact_support"), (6, "reset_gpu"),
+                                          (7, "reboot")])
 def test_xid_154_acts_on_the_recovery_action_in_its_text(value, action):
     line = f"NVRM: Xid (PCI:0000:04:00): 154, GPU recovery action changed from 0x0 (None) to 0x{value} (Whatever)"
     event = classify(line.encode())

@@ -77,6 +77,8 @@ def standin(tmp_path_factory):
         defines = [f"-DHAVE_{name}" for name in sorted(driver_support.exports(branch))]
         defines += [f"-DKNOWS_FIELD_{entry.id}" for entry in driver_support.fields().values()
                     if driver_support.driver_knows_field(version, entry.id)]
+        defines += [f"-DACCEPTS_{entry.function}_V{entry.version}" for entry in driver_support.struct_versions().values()
+                    if driver_support.driver_accepts_version(version, entry.function, entry.version)]
         built = subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-Wl,-soname,libnvidia-ml.so.1",
                                 f'-DDRIVER_VERSION="{version}"', *defines, "-o", str(out / "libnvidia-ml.so.1"),
                                 SOURCE], capture_output=True, text=True, timeout=120)
@@ -146,6 +148,14 @@ def test_the_source_gates_every_function_some_branch_lacks():
             assert f"#ifdef HAVE_{name}\n" in source, f"{name} ({entry.since}) is exported on every branch"
 
 
+def test_the_source_gates_every_structure_version_a_branch_that_has_the_call_refuses():
+    source = open(SOURCE, encoding="utf-8").read()
+    for (name, version), entry in driver_support.struct_versions().items():
+        assert name in driver_support.functions(), name
+        if entry.since != driver_support.functions()[name].since:
+            assert f"#ifdef ACCEPTS_{name}_V{version}\n" in source, f"{name} v{version} ({entry.since})"
+
+
 # -- healthy on every branch, with both ends of the pynvml range -------------------------------------
 @pytest.mark.parametrize("bindings", ["newest", "floor"])
 @pytest.mark.parametrize("branch", sorted(DRIVERS))
@@ -162,7 +172,9 @@ def test_fabric_is_read_through_whichever_call_the_driver_has_and_as_one_byte(st
         out = facts(standin[branch], pynvml_dir)
         assert out["driver_version"] == DRIVERS[branch]
         assert {(g["state"], g["fabric_state"], g["fabric_status"]) for g in out["gpus"]} == {("ok", 3, 0)}, branch
-        assert all(g["driver_missing"] == {} and g["errors"] == {} for g in out["gpus"]), branch
+        # before R570 only the fabric's health (fabric info v3) is beyond the driver
+        assert all(g["driver_missing"] == {"fabric_health": "nvmlGpuFabricInfo_v3"} and g["errors"] == {}
+                   for g in out["gpus"]), branch
     r470 = facts(standin["R470"], pynvml_dir)
     gpu = r470["gpus"][0]
     assert gpu["fabric_state"] is None and "fabric" in gpu["driver_missing"] and "fabric" in gpu["unsupported"]
@@ -186,6 +198,28 @@ def test_the_recovery_action_is_read_where_the_driver_knows_the_field_and_unsupp
     assert code == 2 and [(f["check"], f["gpu"], f["action"], f["evidence"]["recovery_action"])
                           for f in report["findings"]] == [("gpu.recovery_action", 4, "drain", "reboot")]
     code, report = check(tmp_path / "550", standin["R550"], H100, pynvml_dir, recovery="4:2")
+    assert (code, report["findings"]) == (0, [])
+
+
+def test_fabric_health_is_read_with_the_v3_struct_from_r570_and_unsupported_before(tmp_path, standin, floor_pynvml):
+    """Fabric info v3 through the real pynvml wrapper nvmlDeviceGetGpuFabricInfoV: R570 accepts
+    the v3 version word and reports the health; R550 refuses it (ARGUMENT_VERSION_MISMATCH) and
+    the probe reads v2: the fabric is judged, its health is unsupported, never a failure."""
+    newest = facts(standin["R570"], fabric="3:170:32766")["gpus"]
+    assert {(g["fabric_state"], g["fabric_health_summary"], g["fabric_health_mask"], g["fabric_clique_id"],
+             g["fabric_cluster_uuid"]) for g in newest} == {(3, 3, 0xaa, 32766, "11111111-1111-1111-1111-111111111111")}
+    assert all(g["errors"] == {} and "fabric_health" not in g["unsupported"] for g in newest)
+    quiet = facts(standin["R570"])["gpus"][0]        # a single HGX box: no domain
+    assert (quiet["fabric_health_summary"], quiet["fabric_clique_id"], quiet["fabric_cluster_uuid"]) == \
+        (1, 0, "00000000-0000-0000-0000-000000000000")
+    for branch, bindings in (("R550", None), ("R570", floor_pynvml)):   # old driver; bindings without the call
+        old = facts(standin[branch], bindings, fabric="3:170:32766")["gpus"][0]
+        assert (old["fabric_state"], old["fabric_health_summary"], old["fabric_clique_id"]) == (3, None, 32766), branch
+        assert "fabric_health" in old["unsupported"] and old["errors"] == {} and old["state"] == "ok"
+    code, report = check(tmp_path / "570", standin["R570"], H100, fabric="3:0:32766")
+    assert code == 2 and {(f["check"], f["action"]) for f in report["findings"]} == {("nvlink.fabric_health", "drain")}
+    assert len(report["findings"]) == 8
+    code, report = check(tmp_path / "550", standin["R550"], H100, fabric="3:0:32766")
     assert (code, report["findings"]) == (0, [])
 
 

@@ -133,3 +133,70 @@ def test_a_binding_that_cannot_be_imported_is_the_probes_error_not_a_drain():
     assert facts.status == "crashed" and "No module named 'pynvml'" in facts.message
     [finding] = probe_findings(default_input(nvml=facts))
     assert (finding.check, finding.status, finding.action) == ("probe.error", "error", "none")
+
+
+# -- fabric info v3 (B200, GB200 NVL72) and IMEX ---------------------------------------------------
+def test_the_v3_fabric_structure_is_pynvmls_layout_with_a_one_byte_state():
+    import ctypes
+
+    from healthcheck.probes.nvml_structs import FabricInfoV3
+
+    theirs = pynvml.c_nvmlGpuFabricInfo_v3_t
+    assert FabricInfoV3().version == pynvml.nvmlGpuFabricInfo_v3 == 0x3000028
+    assert ctypes.sizeof(FabricInfoV3) == ctypes.sizeof(theirs)
+    assert [name for name, _ in FabricInfoV3._fields_] == [name for name, _ in theirs._fields_]
+    assert {name: getattr(FabricInfoV3, name).offset for name, _ in FabricInfoV3._fields_} == \
+        {name: getattr(theirs, name).offset for name, _ in theirs._fields_}
+    assert FabricInfoV3.state.size == 1 and FabricInfoV3.healthSummary.size == 1
+
+
+def test_the_health_mask_decodes_with_pynvmls_shifts_and_widths():
+    from healthcheck.facts import FABRIC_HEALTH_MASK_FIELDS, FABRIC_HEALTH_SUMMARIES, fabric_health_fields
+
+    for name, (shift, width) in FABRIC_HEALTH_MASK_FIELDS.items():
+        constant = name.upper()
+        assert getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{constant}") == shift, name
+        assert getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_{constant}") == width, name
+    assert FABRIC_HEALTH_SUMMARIES[pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY] == "limited capacity"
+    # 0xaa: every 2-bit field reads FALSE (2), the nccl#2186 mask: nothing is wrong in it
+    fields = fabric_health_fields(0xaa)
+    assert {fields[n] for n in ("degraded_bw", "route_recovery", "route_unhealthy", "access_timeout_recovery")} == \
+        {pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE}
+    assert fabric_health_fields(0x5aa)["incorrect_configuration"] == \
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INSUFFICIENT_NVLINKS
+
+
+def test_gb200_fabric_facts_come_from_the_v3_call_and_a_single_box_has_no_domain(tmp_path):
+    import os
+
+    from .conftest import SIM_PROFILES
+
+    gb200 = probe_nvml(sim(tmp_path / "a", os.path.join(SIM_PROFILES, "gb200-fabric-limited-capacity.toml")).nvml,
+                       10.0, features=["fabric"])
+    assert [(g.fabric_health_summary, g.fabric_health_mask, g.fabric_clique_id) for g in gb200.gpus] == \
+        [(1, 0, 32766), (1, 0, 32766), (3, 0, 32766), (1, 0, 32766)]
+    assert {g.fabric_cluster_uuid for g in gb200.gpus} == {"6b1d3c2e-9f4a-4e1b-8c7d-2a5f0e9b7c31"}
+    h100 = probe_nvml(sim(tmp_path / "b", os.path.join(SIM_PROFILES, "h100-healthy.toml")).nvml, 10.0,
+                      features=["fabric"]).gpus[0]
+    assert (h100.fabric_cluster_uuid, h100.fabric_clique_id) == ("00000000-0000-0000-0000-000000000000", 0)
+    assert h100.fabric_health_summary == 0 and h100.driver_missing == {}   # R570: v3 read, nothing reported
+
+
+def test_the_imex_probe_reads_the_daemon_and_the_channel_names(tmp_path):
+    from healthcheck.probes.imex import probe_imex
+
+    dev, bin_dir = tmp_path / "dev", tmp_path / "bin"
+    (dev / "nvidia-caps-imex-channels").mkdir(parents=True)
+    for name in ("channel0", "channel12", "channelx", ".hidden", "channel"):
+        (dev / "nvidia-caps-imex-channels" / name).write_text("")
+    bin_dir.mkdir()
+    assert probe_imex(str(dev), 5.0, str(bin_dir)).status == "not_installed"
+    ctl = bin_dir / "nvidia-imex-ctl"
+    ctl.write_text("#!/bin/sh\n[ \"$1\" = -q ] && echo WAITING_FOR_PEERS\n")
+    ctl.chmod(0o755)
+    facts = probe_imex(str(dev), 5.0, str(bin_dir))
+    assert (facts.status, facts.daemon, facts.channels) == ("ok", "WAITING_FOR_PEERS", [0, 12])
+    ctl.write_text("#!/bin/sh\necho 'nvidia-imex-ctl: cannot connect' >&2\nexit 1\n")
+    failed = probe_imex(str(tmp_path / "nodev"), 5.0, str(bin_dir))
+    assert (failed.status, failed.daemon, failed.channels) == ("error", None, [])
+    assert "cannot connect" in failed.message

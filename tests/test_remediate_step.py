@@ -501,3 +501,49 @@ def test_a_run_that_found_slurm_still_rebooting_the_node_does_not_make_the_next_
     assert (back.decision.kind, back.decision.rule) == ("resume", "resume")
     quiet = cluster.run("gpu1"), cluster.run("gpu1")
     assert quiet[-1].decision.rule == "healthy" and not cluster.slurm.node("gpu1").drained
+
+
+# -- the driver's recovery actions 5-7 (R570+ headers: IMEX domain, bus reset, system reboot) --------
+
+@pytest.mark.parametrize("action, kind, rule", [
+    ("bus_reset", "reset", "remediate-reset-first"),         # 6: what a GPU reset does
+    ("system_reboot", "reboot", "remediate-reboot"),         # 7: a reboot, no reset first
+    ("reboot", "reboot", "remediate-reboot"),                # 2: the same
+])
+def test_recovery_actions_6_and_7_plan_a_reset_and_a_reboot_with_gpu_reset_on(tmp_path, action, kind, rule):
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True)
+    cluster.sims["gpu1"].inject([("gpu.3.recovery_action", action)])
+    drained = cluster.run("gpu1")
+    assert drained.decision.kind == "drain"
+    assert cluster.slurm.node("gpu1").reason.startswith(f"gpu-hooks: v1 gpu.recovery_action gpu3 action:{action}; ")
+    remedy = drained.remediation
+    assert (remedy.decision.kind, remedy.decision.rule, remedy.applied.done) == (kind, rule, True)
+
+
+def test_recovery_action_5_drains_naming_imex_domain_recovery_and_is_neither_reset_nor_rebooted(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True)
+    sim = cluster.sims["gpu1"]
+    sim.inject([("gpu.3.recovery_action", "recover_imex_domain")])
+    drained = cluster.run("gpu1")
+    assert drained.decision.kind == "drain"
+    reason = cluster.slurm.node("gpu1").reason
+    assert reason.startswith("gpu-hooks: v1 gpu.recovery_action gpu3 action:recover_imex_domain; ")
+    assert "Recover IMEX Domain: the IMEX domain (multi-node NVLink) needs recovery" in drained.decision.cause.summary
+    # A person recovers the IMEX domain (contact_support: resumed by `slurm-gpu resume` only).
+    assert drained.remediation.decision.kind == "none"
+    assert drained.remediation.decision.rule == "remediate-not-after-reboot"
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain"]
+    assert sim.load()["gpu"][3]["recovery_action"] == "recover_imex_domain"
+
+
+def test_only_a_recovery_action_that_maps_to_reboot_is_reboot_only():
+    from healthcheck.drain_reason import DrainReason
+    from healthcheck.remediate.step import reboot_only
+
+    def ours(action, check="gpu.recovery_action"):
+        return DrainReason(check=check, subject="gpu3", keys={"action": action})
+
+    assert [reboot_only(ours(a)) for a in ("reboot", "system_reboot", "reset", "bus_reset", "drain_and_reset",
+                                          "recover_imex_domain", "unknown_(9)")] == [
+        True, True, False, False, False, False, False]
+    assert not reboot_only(ours("reboot", check="gpu.lost")) and not reboot_only(None)

@@ -22,6 +22,16 @@ REASON_KEYS: Dict[str, Tuple[Tuple[str, str], ...]] = {
 }
 
 
+# Checks whose findings carry an Xid action (``xid_action``: our action for an Xid, or for the
+# driver's recovery action through the same "recovery" rows): their drain's resume mode is that
+# action's ([health.resume_xid_action]) before the check's own ([health.resume]).
+XID_ACTION_CHECKS = ("gpu.recovery_action",)
+
+
+def _by_xid_action(check: str) -> bool:
+    return check.startswith("kernel.") or check in XID_ACTION_CHECKS
+
+
 def is_drain_finding(finding: Finding) -> bool:
     """A finding that asks for a drain: not ok, and its check's action is drain."""
     return finding.action == "drain" and finding.status != "ok"
@@ -70,7 +80,7 @@ def causes_of(findings: Iterable[Finding], policy=None) -> List[Cause]:
         if reason.cause in seen:
             continue
         seen.add(reason.cause)
-        xid_action = str(finding.evidence.get("xid_action", "")) if finding.check.startswith("kernel.") else ""
+        xid_action = str(finding.evidence.get("xid_action", "")) if _by_xid_action(finding.check) else ""
         out.append(Cause(reason, finding, policy.resume_mode(finding.check, xid_action) if policy else "auto"))
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..plain import field, plain
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
-from ..facts import DcgmFacts, GpuFacts, IbBandwidthFacts, IbFacts, IbPortFacts, KernelLogFacts, NvmlFacts
+from ..facts import DcgmFacts, GpuFacts, IbBandwidthFacts, IbFacts, IbPortFacts, ImexFacts, KernelLogFacts, NvmlFacts
 from ..facts import PcieAerFacts
 from ..findings import Finding, action_for
 
@@ -26,6 +26,7 @@ class CheckInput:
     tier: str = "health"
     ib_bandwidth: Optional[IbBandwidthFacts] = None
     aer: Optional[PcieAerFacts] = None      # the GPUs' PCIe AER counters (sysfs)
+    imex: Optional[ImexFacts] = None       # read only where [[nodes]] imex_owned is true
 
     def threshold(self, name: str) -> float:
         try:

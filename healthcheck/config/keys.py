@@ -83,6 +83,9 @@ NODE_SCHEMA: Dict[str, Any] = {
     "nvml_required": Field(list, item=Field(str, choices=NVML_DRIVER_FACTS)),
     # slurm-gpu-taskprolog exports the NCCL settings of the node's fabric on these nodes.
     "nccl_env": Field(bool),
+    # This tool judges the node's IMEX domain (imex.domain), where the node is in a multi-node
+    # NVLink domain; false: IMEX is someone else's (an orchestrator, the site's own checks).
+    "imex_owned": Field(bool),
 }
 
 _MAX_WINDOW_S = 366 * 86400.0      # a year: history and flood state span no more

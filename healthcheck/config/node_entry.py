@@ -16,7 +16,8 @@ from ..facts import IbFacts, NvmlFacts
 
 # The keys taken from the hardware, in NODE_SCHEMA's order. The other keys are the admin's
 # choices, not facts a probe can see: match (which nodes), nvml_required (what a future
-# driver must keep reporting), nccl_env (whether the TaskProlog exports NCCL variables).
+# driver must keep reporting), nccl_env (whether the TaskProlog exports NCCL variables),
+# imex_owned (whether this tool judges the node's IMEX domain).
 PROBED_KEYS = ("gpus", "gpu_model", "nvlinks_per_gpu", "nvswitch_fabric", "ib_ports", "ib_rate_gbps",
                "ib_link_layer", "roce_gid_index", "power_limit_w", "pcie_gen", "pcie_width")
 

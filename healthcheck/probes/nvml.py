@@ -17,6 +17,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from ..facts import NVLINK_COUNTERS, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_READ_GROUPS, GpuFacts, NvmlFacts
 from .child import Emit
 
+# NVML_ERROR_ARGUMENT_VERSION_MISMATCH: the driver does not know the structure version asked for.
+ARGUMENT_VERSION_MISMATCH = 25
+
 
 def probe_nvml(nvml: ModuleType, timeout_s: float, features: Iterable[str] = tuple(NVML_READ_GROUPS),
                gpus: Optional[Iterable[int]] = None) -> NvmlFacts:
@@ -152,10 +155,15 @@ def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[E
                 missing.append(name or type(exc).__name__)
                 continue
             except pynvml.NVMLError as exc:
+                if getattr(exc, "value", None) == ARGUMENT_VERSION_MISMATCH:
+                    # The driver does not know this version of the call's structure (an older
+                    # branch): the next, older version is asked.
+                    missing.append(name or type(exc).__name__)
+                    continue
                 gpu.errors.setdefault(feature, _text(exc))
                 return None
         if missing and len(missing) == len(calls):
-            gpu.driver_missing.setdefault(feature, ", ".join(missing))
+            gpu.driver_missing.setdefault(feature, ", ".join(dict.fromkeys(missing)))
         if feature not in gpu.unsupported:
             gpu.unsupported.append(feature)
         return None
@@ -331,6 +339,26 @@ def _read_fabric(nvml, pynvml, handle, gpu: GpuFacts, first_exported) -> None:
             gpu.unsupported.append("fabric")
         return
     gpu.fabric_state, gpu.fabric_status = state, int(info.status)
+    _read_fabric_domain(info, gpu)
+
+
+def _read_fabric_domain(info, gpu: GpuFacts) -> None:
+    """The multi-node NVLink domain the GPU is in (every version of the structure: cluster UUID
+    and clique id) and, from fabric info v3 (driver R570+), the fabric's health. A driver that
+    answers only an older version leaves the health unknown: unsupported, never a failure."""
+    gpu.fabric_cluster_uuid = _uuid(bytes(info.clusterUuid))
+    gpu.fabric_clique_id = int(info.cliqueId)
+    if hasattr(info, "healthSummary"):
+        gpu.fabric_health_summary, gpu.fabric_health_mask = int(info.healthSummary), int(info.healthMask)
+        return
+    gpu.driver_missing.setdefault("fabric_health", "nvmlGpuFabricInfo_v3")
+    if "fabric_health" not in gpu.unsupported:
+        gpu.unsupported.append("fabric_health")
+
+
+def _uuid(raw: bytes) -> str:
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
 
 
 def _fabric_reader(call, struct_type, handle) -> Callable[[], Any]:

@@ -24,6 +24,22 @@ class FabricInfoV2(ctypes.Structure):
         super().__init__(version=ctypes.sizeof(FabricInfoV2) | (2 << 24))   # nvmlGpuFabricInfo_v2
 
 
-# R550+ has the versioned call, R525..R545 only v1 (which later branches keep). pynvml
-# < 12.550 has no wrapper for the versioned call: then v1 is all it can ask, on any driver.
-FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", FabricInfoV2), ("nvmlDeviceGetGpuFabricInfo", FabricInfoV1))
+class FabricInfoV3(ctypes.Structure):
+    """nvmlGpuFabricInfo_v3_t: v2 and ``healthSummary`` (NVML_GPU_FABRIC_HEALTH_SUMMARY_*), the
+    fields named and placed as pynvml's ``c_nvmlGpuFabricInfo_v3_t`` (nvidia-ml-py 13.x) places
+    them but for the state, the one byte nvml.h gives it. Its version is pynvml's
+    ``nvmlGpuFabricInfo_v3`` (0x3000028). Drivers before R570 answer it with
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH (the probe then asks with v2)."""
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint8), ("healthMask", ctypes.c_uint32),
+                ("healthSummary", ctypes.c_uint8)]
+
+    def __init__(self) -> None:
+        super().__init__(version=ctypes.sizeof(FabricInfoV3) | (3 << 24))   # nvmlGpuFabricInfo_v3
+
+
+# The versioned call with v3 (R570+; fabric health), with v2 (R550+), then v1 (R525..R545, kept
+# by later branches). pynvml < 12.550 has no wrapper for the versioned call: then v1 is all it
+# can ask, on any driver.
+FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", FabricInfoV3), ("nvmlDeviceGetGpuFabricInfoV", FabricInfoV2),
+                ("nvmlDeviceGetGpuFabricInfo", FabricInfoV1))

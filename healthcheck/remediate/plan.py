@@ -52,6 +52,8 @@ class Situation:
     resets: int = 0                     # GPU resets tried for it in this boot
     gpu_scoped: bool = False            # the cause is one GPU (a reset could clear it)
     gpu_busy: bool = False              # a process holds that GPU (no reset then)
+    reboot_only: bool = False           # the cause itself asks for a reboot (the driver's recovery
+                                        # action Node/System Reboot): no GPU reset first
     rebooting_elsewhere: int = 0        # other nodes rebooting now (Slurm's flags, cluster-wide)
     xid: str = ""                       # the cause's Xid code, if any (max_reboots_xid)
 
@@ -80,8 +82,8 @@ RULES: Sequence[Rule] = (
     ("wait-idle", lambda s, p: not s.idle, "wait-idle", "jobs still run on the draining node"),
     ("reboots-spent", lambda s, p: s.reboots >= p.reboots_allowed(s.xid), "inspect",
      "the fault came back after every reboot allowed ([remediate] max_reboots): drain for inspection"),
-    ("reset-first", lambda s, p: p.gpu_reset and s.gpu_scoped and not s.gpu_busy and s.resets == 0
-     and s.asked != "reset", "reset-gpu", "a GPU reset may clear it ([remediate] gpu_reset); a reboot if it does not"),
+    ("reset-first", lambda s, p: p.gpu_reset and s.gpu_scoped and not s.gpu_busy and not s.reboot_only
+     and s.resets == 0 and s.asked != "reset", "reset-gpu", "a GPU reset may clear it ([remediate] gpu_reset); a reboot if it does not"),
     ("reboot-budget", lambda s, p: p.max_rebooting_nodes > 0 and s.rebooting_elsewhere >= p.max_rebooting_nodes,
      "wait-budget", "as many nodes as [remediate] max_rebooting_nodes allows are rebooting"),
     ("reboot", lambda s, p: True, "reboot", "idle, drained for a cause a reboot clears, reboots left"),

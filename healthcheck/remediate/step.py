@@ -175,4 +175,20 @@ def situation_of(record, info: NodeInfo, ours, ledger, sign: str, boot_id: str, 
         resets=entry.resets.get(boot_id, 0) if entry else 0,
         gpu_scoped=ours is not None and ours.subject.startswith("gpu"),
         gpu_busy=ours is not None and ours.subject in {f"gpu{index}" for index in busy_gpus},
+        reboot_only=reboot_only(ours),
         xid=str(ours.xid) if ours is not None and ours.xid is not None else "")
+
+
+def reboot_only(ours) -> bool:
+    """Whether our reason's cause asks for a reboot itself: a ``gpu.recovery_action`` drain whose
+    recovery action (``action:<name>``) maps to our ``reboot`` (xid-action-map.tsv "recovery" rows:
+    Node Reboot, System Reboot); a GPU reset is not what the driver asked for."""
+    if ours is None or ours.check != "gpu.recovery_action":
+        return False
+    from ..facts import GPU_RECOVERY_ACTIONS
+    from ..xid.catalog import action_map
+
+    values = {name: value for value, name in GPU_RECOVERY_ACTIONS.items()}
+    value = values.get(ours.keys.get("action", ""))
+    mapped = action_map().get("recovery", {}).get(str(value)) if value is not None else None
+    return mapped is not None and mapped.action == "reboot"

@@ -16,6 +16,9 @@ Layout under ``<state_dir>/sim/<node>/``::
                           and ``sim reset`` (a reboot into mended hardware) change it
     bin/ib_write_bw       perftest's stand-in (``[node] perftest = true``; healthcheck/sim/sim_ib_write_bw.py)
     bin/nvidia-smi        nvidia-smi's stand-in for a GPU reset (healthcheck/sim/sim_nvidia_smi.py)
+    bin/nvidia-imex-ctl   the IMEX daemon's query tool, answering ``-q`` with ``[node] imex_daemon``
+                          (absent when that is "": IMEX not installed)
+    dev/nvidia-caps-imex-channels/channelN   the IMEX channels (``[node] imex_channels``)
     open/<pid>            a process that holds the GPUs open (NVML initialised through sim_pynvml)
 """
 from __future__ import annotations
@@ -44,6 +47,7 @@ class SimNode:
         self.kernel_log_path = os.path.join(self.dir, "kern.log")
         self.boot_id_path = os.path.join(self.dir, "boot_id")
         self.programs_dir = os.path.join(self.dir, "bin")
+        self.dev_root = os.path.join(self.dir, "dev")
         self._lock_path = os.path.join(self.dir, ".lock")
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -197,6 +201,7 @@ class SimNode:
         render_sysfs(profile, self.sysfs_root)
         render_driver_proc(profile, self.proc_root)
         render_programs(profile, self.programs_dir, self.live_path)
+        render_imex(profile, self.programs_dir, self.dev_root)
 
 
 def _cleared(gpu: Dict[str, Any]) -> None:
@@ -251,6 +256,37 @@ def render_programs(profile: Dict[str, Any], programs_dir: str, live_path: str) 
                 "from healthcheck.sim.sim_ib_write_bw import main\n"
                 f"sys.exit(main(sys.argv[1:], {live_path!r}))\n")
     atomic_write(path, launcher, mode=0o755)
+
+
+IMEX_CHANNELS_DIR = "nvidia-caps-imex-channels"
+
+
+def render_imex(profile: Dict[str, Any], programs_dir: str, dev_root: str) -> None:
+    """The node's IMEX: ``nvidia-imex-ctl`` answering ``-q`` with the daemon's state (one word,
+    READY when the domain is usable), and its channels as ``<dev>/nvidia-caps-imex-channels/
+    channelN`` (character devices on a real node; empty files here: only their names are read)."""
+    ensure_dir(programs_dir)
+    path = os.path.join(programs_dir, "nvidia-imex-ctl")
+    state = profile["node"]["imex_daemon"]
+    if state:
+        atomic_write(path, f"#!{sys.executable}\n"
+                           "import sys\n"
+                           "if sys.argv[1:] != ['-q']:\n"
+                           "    print('the simulated nvidia-imex-ctl answers only -q', file=sys.stderr)\n"
+                           "    sys.exit(2)\n"
+                           f"print({state!r})\n", mode=0o755)
+    elif os.path.lexists(path):
+        os.unlink(path)
+    folder = os.path.join(ensure_dir(dev_root), IMEX_CHANNELS_DIR)
+    wanted = {f"channel{n}" for n in profile["node"]["imex_channels"]}
+    if wanted:
+        ensure_dir(folder)
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if name not in wanted:
+                os.unlink(os.path.join(folder, name))
+    for name in sorted(wanted):
+        atomic_write(os.path.join(folder, name), "")
 
 
 def sysfs_address(nvml_bus_id: str) -> str:

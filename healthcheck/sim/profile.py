@@ -17,6 +17,14 @@ COUNTER_MAX = 2 ** 64 - 1
 HOLDERS_DIR = "open"
 _INT0 = Field(int, minimum=0, maximum=COUNTER_MAX)
 
+# fabric.health_summary's names -> NVML_GPU_FABRIC_HEALTH_SUMMARY_* values.
+FABRIC_HEALTH_SUMMARY_NAMES = {"not_supported": 0, "healthy": 1, "unhealthy": 2, "limited_capacity": 3}
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _uuid_problem(value: str) -> Optional[str]:
+    return None if _UUID.fullmatch(value) else f"{value!r} is not a UUID"
+
 
 def _driver_version_problem(value: str) -> Optional[str]:
     from ..driver_support import branch_of
@@ -66,7 +74,13 @@ GPU_SCHEMA: Dict[str, Any] = {
                                       "crc_flit": _INT0, "crc_data": _INT0, "ecc_data": _INT0}),
     },
     "fabric": {"state": Field(str, choices=("not_supported", "not_started", "in_progress", "completed")),
-               "status": Field(int)},
+               "status": Field(int),
+               # The multi-node NVLink domain (GB200 NVL72; all zeros and 0 on a single HGX box)
+               # and fabric info v3's health (drivers R570+ answer it; older ones refuse v3).
+               "cluster_uuid": Field(str, check=lambda v: _uuid_problem(v), doc="a UUID, 8-4-4-4-12 hex digits"),
+               "clique_id": Field(int, minimum=0, maximum=2 ** 32 - 1),
+               "health_summary": Field(str, choices=tuple(FABRIC_HEALTH_SUMMARY_NAMES)),
+               "health_mask": Field(int, minimum=0, maximum=2 ** 32 - 1)},
     "processes": Field(list, item={"pid": _INT0, "used_memory_mib": _INT0}),
     "not_supported": Field(list, item=Field(str, choices=NVML_UNSUPPORTED_NAMES)),
     # Where the GPU sits (rendered as sysfs PCI devices): its NUMA node (-1 unknown) and the
@@ -128,6 +142,12 @@ PROFILE_SCHEMA: Dict[str, Any] = {
         "nvml": Field(str, choices=("ok", "missing", "driver_not_loaded", "hang")),
         "description": Field(str),
         "perftest": Field(bool, doc="whether perftest (the ib_write_bw stand-in) is installed"),
+        # The IMEX daemon's state as `nvidia-imex-ctl -q` prints it ("": IMEX not installed), and
+        # the IMEX channels (/dev/nvidia-caps-imex-channels/channelN) that exist.
+        "imex_daemon": Field(str, choices=("", "INITIALIZING", "STARTING_AUTH_SERVER", "WAITING_FOR_PEERS",
+                                            "WAITING_FOR_RECOVERY", "INIT_GPU", "READY", "SHUTTING_DOWN",
+                                            "UNAVAILABLE")),
+        "imex_channels": Field(list, item=Field(int, minimum=0, maximum=2047)),
     },
     "gpu": Field(list, item=GPU_SCHEMA),
     "ib": Field(list, item=IB_SCHEMA),

@@ -49,11 +49,13 @@ from pynvml import (  # noqa: F401  (re-exported: callers catch pynvml's own cla
     nvmlPciInfo_t,
 )
 
+from ..driver_support import driver_accepts_version as _driver_accepts_version
 from ..driver_support import driver_exports as _driver_exports
 from ..driver_support import driver_knows_field as _driver_knows_field
 from ..facts import GPU_RECOVERY_ACTIONS as _RECOVERY_ACTIONS
 from ..facts import NVML_FI_DEV_GET_GPU_RECOVERY_ACTION as _FI_RECOVERY_ACTION
 from . import profile as profiles
+from .profile import FABRIC_HEALTH_SUMMARY_NAMES as _FABRIC_HEALTH_SUMMARIES
 
 _bound_path: Optional[str] = None
 _profile: Optional[Dict[str, Any]] = None
@@ -166,6 +168,7 @@ def nvmlInit() -> None:
     # would read and parse them (lru_cache does not hold the others back while one fills it).
     _driver_exports(profile["node"]["driver_version"], "nvmlInit")
     _driver_knows_field(profile["node"]["driver_version"], _FI_RECOVERY_ACTION)
+    _driver_accepts_version(profile["node"]["driver_version"], "nvmlDeviceGetGpuFabricInfoV", 3)
     _hold(True)
 
 
@@ -340,11 +343,27 @@ def _fill_fabric(handle: _Handle, gpuFabricInfo) -> int:
     info = gpuFabricInfo._obj if hasattr(gpuFabricInfo, "_obj") else gpuFabricInfo
     info.state = _FABRIC_STATES[fabric["state"]]
     info.status = fabric["status"]
+    raw = bytes.fromhex(fabric.get("cluster_uuid", "").replace("-", "")) or bytes(16)
+    for i, byte in enumerate(raw[:16]):
+        info.clusterUuid[i] = byte
+    info.cliqueId = fabric.get("clique_id", 0)
+    if hasattr(info, "healthMask"):
+        info.healthMask = fabric.get("health_mask", 0)
+    if hasattr(info, "healthSummary"):
+        info.healthSummary = _FABRIC_HEALTH_SUMMARIES[fabric.get("health_summary", "not_supported")]
     return pynvml.NVML_SUCCESS
 
 
 @_exports("nvmlDeviceGetGpuFabricInfoV")
 def nvmlDeviceGetGpuFabricInfoV(handle: _Handle, gpuFabricInfo) -> int:
+    """The versioned call: the structure's version word (high byte) says which layout the caller
+    passed; a branch that does not accept that version answers ARGUMENT_VERSION_MISMATCH
+    (healthcheck/data/nvml-struct-versions.tsv), as the real library does."""
+    info = gpuFabricInfo._obj if hasattr(gpuFabricInfo, "_obj") else gpuFabricInfo
+    version = int(getattr(info, "version", 0)) >> 24
+    if _profile is not None and not _driver_accepts_version(
+            _profile["node"]["driver_version"], "nvmlDeviceGetGpuFabricInfoV", version):
+        raise NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
     return _fill_fabric(handle, gpuFabricInfo)
 
 

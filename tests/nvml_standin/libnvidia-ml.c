@@ -12,6 +12,12 @@
  *   SGH_STANDIN_HANDLE_ERROR  "INDEX:CODE": nvmlDeviceGetHandleByIndex_v2(INDEX) returns CODE
  *                             (999 NVML_ERROR_UNKNOWN, 15 NVML_ERROR_GPU_IS_LOST)
  *   SGH_STANDIN_RECOVERY      "INDEX:VALUE": GPU INDEX's recovery action (field 230) is VALUE
+ *   SGH_STANDIN_FABRIC        "SUMMARY:MASK:CLIQUE": every GPU's fabric health summary and
+ *                             mask (fabric info v3) and clique id; a non-zero clique also gives a
+ *                             cluster UUID (a multi-node NVLink domain). Default "1:0:0" (no domain).
+ * Structure versions: the build defines ACCEPTS_<function>_V<version> for the versions the
+ * branch accepts (healthcheck/data/nvml-struct-versions.tsv); another version is answered
+ * NVML_ERROR_ARGUMENT_VERSION_MISMATCH.
  * Field values: the build defines KNOWS_FIELD_<id> for the fields the branch knows
  * (healthcheck/data/nvml-fields.tsv); any other field is answered NOT_SUPPORTED in its slot.
  * Fabric structures are written as a driver may: the state byte is right and the padding
@@ -60,6 +66,18 @@ typedef struct {                      /* v2: R550 .. */
 
 #define nvmlGpuFabricInfo_v2 ((unsigned int)(sizeof(nvmlGpuFabricInfo_v2_t) | (2u << 24)))
 
+typedef struct {                      /* v3: R570 .. (fabric health) */
+    unsigned int version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+    unsigned int healthMask;
+    unsigned char healthSummary;
+} nvmlGpuFabricInfo_v3_t;
+
+#define nvmlGpuFabricInfo_v3 ((unsigned int)(sizeof(nvmlGpuFabricInfo_v3_t) | (3u << 24)))
+
 typedef union {
     double dVal;
     unsigned int uiVal;
@@ -95,6 +113,7 @@ static int failing_index = -1;
 static nvmlReturn_t failing_code;
 static int recovery_index = -1;
 static unsigned int recovery_value;
+static unsigned int fabric_summary = 1, fabric_mask, fabric_clique;
 
 static void configure(void) {
     const char *count = getenv("SGH_STANDIN_GPUS");
@@ -111,6 +130,12 @@ static void configure(void) {
     recovery_index = -1;
     if (recovery && sscanf(recovery, "%d:%u", &recovery_index, &recovery_value) != 2)
         recovery_index = -1;
+    const char *fabric = getenv("SGH_STANDIN_FABRIC");
+    if (!fabric || sscanf(fabric, "%u:%u:%u", &fabric_summary, &fabric_mask, &fabric_clique) != 3) {
+        fabric_summary = 1;
+        fabric_mask = 0;
+        fabric_clique = 0;
+    }
     for (unsigned int i = 0; i < gpu_count; i++)
         gpus[i].index = i;
 }
@@ -316,27 +341,45 @@ __attribute__((unused)) static void fill_fabric(unsigned char *state, nvmlReturn
     *status = NVML_SUCCESS;
 }
 
+/* The domain: a cluster UUID and clique id only where SGH_STANDIN_FABRIC gives a clique. */
+__attribute__((unused)) static void fill_domain(unsigned char *uuid, unsigned int *clique) {
+    memset(uuid, fabric_clique ? 0x11 : 0, 16);
+    *clique = fabric_clique;
+}
+
 #ifdef HAVE_nvmlDeviceGetGpuFabricInfo
 nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info) {
     DEVICE_CALL(device);
     if (pcie_no_bridge)
         return NVML_ERROR_NOT_SUPPORTED;
-    memset(info->clusterUuid, 0x11, sizeof(info->clusterUuid));
-    info->cliqueId = 1;
+    fill_domain(info->clusterUuid, &info->cliqueId);
     fill_fabric(&info->state, &info->status);
     return NVML_SUCCESS;
 }
 #endif
 
 #ifdef HAVE_nvmlDeviceGetGpuFabricInfoV
-nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_v2_t *info) {
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, void *arg) {
     DEVICE_CALL(device);
-    if (info->version != nvmlGpuFabricInfo_v2)
+    unsigned int version = *(unsigned int *)arg;
+#ifdef ACCEPTS_nvmlDeviceGetGpuFabricInfoV_V3
+    if (version == nvmlGpuFabricInfo_v3) {
+        nvmlGpuFabricInfo_v3_t *info = arg;
+        if (pcie_no_bridge)
+            return NVML_ERROR_NOT_SUPPORTED;
+        fill_domain(info->clusterUuid, &info->cliqueId);
+        fill_fabric(&info->state, &info->status);
+        info->healthMask = fabric_mask;
+        info->healthSummary = (unsigned char)fabric_summary;
+        return NVML_SUCCESS;
+    }
+#endif
+    if (version != nvmlGpuFabricInfo_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlGpuFabricInfo_v2_t *info = arg;
     if (pcie_no_bridge)
         return NVML_ERROR_NOT_SUPPORTED;
-    memset(info->clusterUuid, 0x11, sizeof(info->clusterUuid));
-    info->cliqueId = 1;
+    fill_domain(info->clusterUuid, &info->cliqueId);
     fill_fabric(&info->state, &info->status);
     info->healthMask = 0;
     return NVML_SUCCESS;
