@@ -445,3 +445,35 @@ def test_build_packages_refuses_a_bad_revision_in_one_line(tmp_path):
     done = run([BUILD, "--out", str(tmp_path), "--revision", "x"])
     assert done.returncode != 0 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "--revision" in done.stderr and os.listdir(tmp_path) == []
+
+
+def test_install_md_names_the_places_the_package_installs(built):
+    """docs/install.md's table of the packages: every file path it names is in the .deb (under
+    /opt: what venv-setup makes), and it names every path the .deb installs outside the docs."""
+    with open(os.path.join(ROOT, "docs", "install.md"), encoding="utf-8") as handle:
+        page = handle.read()
+    section = page.split("## Or: the packages")[1].split("\n## ")[0]
+    table = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    named = set()
+    for row in table:
+        for path in re.findall(r"`(/[^`]+)`", row):
+            named.add(path.rstrip("/"))
+    entries = deb_entries(built["deb"])
+    for path in named:
+        if path.startswith(OPT):
+            assert path in (f"{OPT}/<version>", f"{OPT}/current", f"{OPT}/current/bin"), path
+        elif path in ("/var/lib/slurm-gpu-hooks", "/run/slurm-gpu-hooks"):
+            tmpfiles = open(os.path.join(ROOT, "etc", "tmpfiles.d", "slurm-gpu-hooks.conf")).read()
+            assert re.search(rf"^d {re.escape(path)} ", tmpfiles, re.M), path
+        else:
+            assert path in entries, path
+    files = {p for p, m in entries.items() if not m.isdir() and not p.startswith(("/usr/share/doc/",
+                                                                                "/usr/share/lintian/", WHEELS + "/"))}
+    bin_row = next(row for row in table if "`/usr/bin/slurm-gpu`" in row)
+    for path in files:
+        name = os.path.basename(path)
+        if path.startswith("/usr/bin/"):         # `/usr/bin/slurm-gpu`, `slurm-gpu-prolog`, `-epilog`, ...
+            assert f"`{name}`" in bin_row or f"`/usr/bin/{name}`" in bin_row or \
+                f"`{name[len('slurm-gpu'):]}`" in bin_row, path
+        else:
+            assert path in named or os.path.dirname(path) in named, path
