@@ -52,6 +52,7 @@ VERSION = _setup_cfg()["metadata"]["version"]
 COMMANDS = sorted(line.split("=")[0].strip()
                   for line in _setup_cfg()["options.entry_points"]["console_scripts"].strip().splitlines())
 DEB_NAME = f"slurm-gpu-hooks_{VERSION}-1_amd64.deb"
+VENV = f"{VERSION}-1"                # the venv's name: the package's version
 RPM_NAME = f"slurm-gpu-hooks-{VERSION}-1.el9.x86_64.rpm"
 
 
@@ -147,7 +148,9 @@ def test_the_deb_installs_the_repository_files_where_the_code_reads_them(built, 
     with gzip.open(tmp_path / "usr/share/man/man1/slurm-gpu.1.gz") as page:
         assert page.read() == open(os.path.join(ROOT, "man", "slurm-gpu.1"), "rb").read()
     # The wheel in the package is this checkout's version.
-    assert (tmp_path / WHEELS.lstrip("/") / f"slurm_gpu_hooks-{VERSION}-py3-none-any.whl").is_file()
+    # ... and the only one: venv-setup installs "slurm-gpu-hooks" from there, whatever its version.
+    assert [p.name for p in (tmp_path / WHEELS.lstrip("/")).glob("slurm_gpu_hooks-*")] == [
+        f"slurm_gpu_hooks-{VERSION}-py3-none-any.whl"]
 
 
 def test_the_deb_declares_its_conffile_dependencies_and_scripts(built):
@@ -162,7 +165,7 @@ def test_the_deb_declares_its_conffile_dependencies_and_scripts(built):
     assert info.stdout.split() == [DEFAULT_CONFIG_PATH]
     postinst = run(["dpkg-deb", "-I", built["deb"], "postinst"]).stdout
     assert f"{HELPER} install \"$VERSION\" {WHEELS} {OPT}" in postinst
-    assert f"VERSION={VERSION}\n" in postinst
+    assert f"VERSION={VENV}\n" in postinst
     assert not ENABLES.search(postinst)             # the watcher is installed, never enabled
     prerm = run(["dpkg-deb", "-I", built["deb"], "prerm"]).stdout
     assert f"{HELPER} remove {OPT}" in prerm and "  remove)" in prerm
@@ -256,8 +259,8 @@ def mark(directory) -> None:
 @pytest.fixture(scope="module")
 def deb_root(built, tmp_path_factory):
     """The .deb unpacked into a temporary root, then what its postinst does, run there with the
-    system's python3: the package's venvs of two earlier versions (current names 0.0.9) and a
-    hand-made one are already there."""
+    system's python3: the package's venvs of two earlier versions (current names 0.0.9), a
+    hand-made one, and an unfinished try of this version's are already there."""
     root = tmp_path_factory.mktemp("root")
     assert run(["dpkg-deb", "-x", built["deb"], str(root)]).returncode == 0
     opt = root / OPT.lstrip("/")
@@ -265,17 +268,21 @@ def deb_root(built, tmp_path_factory):
         mark(opt / old)
     os.makedirs(opt / "0.0.7" / "bin")           # made by hand (docs/install.md): not the package's
     os.symlink("0.0.9", opt / "current")
-    done = venv_setup("install", VERSION, str(root / WHEELS.lstrip("/")), str(opt), "/usr/bin/python3")
+    os.makedirs(opt / VENV / "bin")
+    (opt / VENV / ".slurm-gpu-hooks-package.incomplete").write_text("")
+    (opt / VENV / "bin" / "half-written").write_text("")
+    done = venv_setup("install", VENV, str(root / WHEELS.lstrip("/")), str(opt), "/usr/bin/python3")
     assert done.returncode == 0, done.stdout + done.stderr
     return root
 
 
 def test_postinst_makes_the_venv_from_the_shipped_wheels_and_flips_current(deb_root, tmp_path):
     opt = deb_root / OPT.lstrip("/")
-    assert os.readlink(opt / "current") == VERSION
+    assert os.readlink(opt / "current") == VENV
     assert os.stat(opt).st_mode & 0o777 == 0o755
-    assert (opt / VERSION / ".slurm-gpu-hooks-package").is_file()
-    assert "home = /usr/bin" in (opt / VERSION / "pyvenv.cfg").read_text()     # the system's python3
+    assert sorted(p.name for p in (opt / VENV).glob(".slurm-gpu-hooks-package*")) == [".slurm-gpu-hooks-package"]
+    assert not (opt / VENV / "bin" / "half-written").exists()               # the unfinished try is gone
+    assert "home = /usr/bin" in (opt / VENV / "pyvenv.cfg").read_text()     # the system's python3
     for command in COMMANDS:
         link = os.readlink(deb_root / "usr" / "bin" / command)
         assert os.access(str(deb_root) + link, os.X_OK), link
@@ -284,7 +291,13 @@ def test_postinst_makes_the_venv_from_the_shipped_wheels_and_flips_current(deb_r
     assert checked.returncode == 0, checked.stderr
     # The previous version stays (rollback, hooks still running it); older package venvs go;
     # a venv made by hand is never touched.
-    assert sorted(os.listdir(opt)) == sorted(["0.0.7", "0.0.9", VERSION, "current"])
+    assert sorted(os.listdir(opt)) == sorted(["0.0.7", "0.0.9", VENV, "current"])
+    # postinst run again (a reinstall): the complete venv is kept as it is, nothing else changes.
+    before = (opt / VENV / "bin" / "slurm-gpu").stat().st_mtime_ns
+    again = venv_setup("install", VENV, str(deb_root / WHEELS.lstrip("/")), str(opt), "/usr/bin/python3")
+    assert again.returncode == 0, again.stderr
+    assert (opt / VENV / "bin" / "slurm-gpu").stat().st_mtime_ns == before
+    assert sorted(os.listdir(opt)) == sorted(["0.0.7", "0.0.9", VENV, "current"])
 
 
 def test_systemd_analyze_verify_passes_on_the_unit(deb_root):
@@ -324,7 +337,7 @@ def test_the_other_distributions_pythons_install_their_packages_wheels(built, py
     else:
         assert run(["dpkg-deb", "-x", built["deb"], str(root)]).returncode == 0
     opt = root / OPT.lstrip("/")
-    done = venv_setup("install", VERSION, str(root / WHEELS.lstrip("/")), str(opt), python)
+    done = venv_setup("install", VENV, str(root / WHEELS.lstrip("/")), str(opt), python)
     assert done.returncode == 0, done.stdout + done.stderr
     checked = run([str(opt / "current" / "bin" / "slurm-gpu"), "config", "check",
                    str(root / DEFAULT_CONFIG_PATH.lstrip("/"))], cwd=str(tmp_path))
@@ -355,6 +368,11 @@ def test_venv_setup_refuses_links_and_bad_versions(tmp_path):
     assert os.listdir(tmp_path / "elsewhere") == []
     bad = venv_setup("install", "../x", str(tmp_path), str(tmp_path / "o2"), "/usr/bin/python3")
     assert bad.returncode != 0 and "bad version" in bad.stderr and not (tmp_path / "o2").exists()
+    # A directory of that name the package did not make (by hand, docs/install.md) stays.
+    os.makedirs(tmp_path / "o3" / VENV / "bin")
+    foreign = venv_setup("install", VENV, str(tmp_path), str(tmp_path / "o3"), "/usr/bin/python3")
+    assert foreign.returncode != 0 and "not a venv this package made" in foreign.stderr
+    assert os.listdir(tmp_path / "o3" / VENV) == ["bin"]
 
 
 # -- dpkg: install, edit the config, upgrade to a rebuilt package, purge -----------------------------
@@ -433,7 +451,7 @@ def test_the_rpm_config_is_never_replaced_and_its_scriptlets_make_and_remove_the
     assert f"cn {DEFAULT_CONFIG_PATH}" in flags.splitlines()     # %config(noreplace): .rpmnew on upgrade
     scripts = rpm_query(built["rpm"], "--scripts")
     post = scripts.split("postinstall scriptlet")[1].split("scriptlet")[0]
-    assert f"{HELPER} install {VERSION} {WHEELS} {OPT}" in post and not ENABLES.search(post)
+    assert f"{HELPER} install {VERSION}-1.el9 {WHEELS} {OPT}" in post and not ENABLES.search(post)
     preun = scripts.split("preuninstall scriptlet")[1].split("scriptlet")[0]
     assert '[ "$1" -eq 0 ]' in preun and f"{HELPER} remove {OPT}" in preun      # erase only, not upgrade
     requires = rpm_query(built["rpm"], "--requires").splitlines()
