@@ -1,11 +1,13 @@
 """scripts/build-packages: the .deb (Debian 12 and 13) and the .rpm (EL9), built for real into
 a temporary directory and read back with the distributions' own tools (dpkg-deb, lintian,
-systemd-analyze, dpkg into a temporary root; rpm -qp). Nothing is installed into this machine's
-root filesystem: dpkg runs with --root on a temporary directory, and its maintainer scripts
-(chrootless, DPKG_ROOT set) leave the venv to venv-setup, which the tests run on a temporary
-/opt. The tools come from scripts/bootstrap.sh; a missing one fails the test, it is not skipped.
+systemd-analyze, rpm -qp), and the .deb installed, upgraded, removed and purged by dpkg. Nothing
+is installed into this machine's root filesystem: dpkg runs with --root on a temporary
+directory, either chrootless (DPKG_ROOT set: the maintainer scripts make no venv there) or as a
+chroot whose /usr and /etc are overlays of this machine's, inside a private mount namespace, so
+that postinst, prerm and postrm run as on a node. The tools come from scripts/bootstrap.sh; a
+missing one fails the test, it is not skipped.
 
-Marked ``packages`` (two package builds, about 15 s in all): ``pytest -m packages``."""
+Marked ``packages`` (two package builds and three venvs, about 40 s in all): ``pytest -m packages``."""
 from __future__ import annotations
 
 import configparser
@@ -411,6 +413,83 @@ def test_upgrading_to_a_rebuilt_package_keeps_an_edited_config(built, tmp_path):
     assert not config.exists() and not (root / "var/lib/slurm-gpu-hooks").exists()
     assert not (root / "usr/bin/slurm-gpu").exists()
     assert os.path.lexists(OPT) == before                        # this machine's /opt untouched
+
+
+# -- dpkg for real: the maintainer scripts in a chroot of this machine's own /usr ----------------------
+#
+# A private mount namespace (unshare -m, every mount private) holding a temporary root whose
+# /usr and /etc are overlays of this machine's (writes go to a temporary upper directory), with
+# /dev and /proc: dpkg --root chroots into it and runs postinst, prerm and postrm as on a node,
+# with Debian 12's python3. The mounts die with the namespace; this machine's root is only
+# ever a read-only lower layer.
+SESSION = r"""
+set -eu
+top=$1; shift
+mount --make-rprivate /
+mkdir -p "$top/root/usr" "$top/root/etc" "$top/root/dev" "$top/root/proc" "$top/root/tmp" \
+    "$top/upper/usr" "$top/upper/etc" "$top/work/usr" "$top/work/etc"
+for link in bin sbin lib lib64; do
+  if [ -L "/$link" ]; then ln -sfn "$(readlink "/$link")" "$top/root/$link"; fi
+done
+mount -t overlay overlay -o "lowerdir=/usr,upperdir=$top/upper/usr,workdir=$top/work/usr" "$top/root/usr"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$top/upper/etc,workdir=$top/work/etc" "$top/root/etc"
+mount --bind /dev "$top/root/dev"
+mount -t proc proc "$top/root/proc"
+"$@"
+"""
+
+
+def session(top, *argv: str) -> subprocess.CompletedProcess:
+    need("unshare", "mount", "chroot", "dpkg")
+    return run(["unshare", "-m", "bash", "-c", SESSION, "session", str(top), *argv], timeout=600,
+               env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"})
+
+
+def test_dpkg_runs_the_maintainer_scripts_in_a_chroot_install_upgrade_remove_purge(built, tmp_path):
+    if os.geteuid() != 0:
+        pytest.fail("this test mounts (unshare -m, overlay): run it as root, as the test command does",
+                    pytrace=False)
+    before = os.path.lexists(OPT)
+    root = tmp_path / "root"
+    for sub in ("info", "updates", "triggers"):
+        os.makedirs(root / "var" / "lib" / "dpkg" / sub)
+    (root / "var" / "lib" / "dpkg" / "status").write_text("")
+    opt = root / OPT.lstrip("/")
+
+    def dpkg_in(*argv: str) -> subprocess.CompletedProcess:
+        # --force-depends: the temporary root's dpkg database lists no python3 (its /usr has it).
+        done = session(tmp_path, "dpkg", f"--root={root}", "--force-depends", *argv)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done
+
+    def inside(*argv: str) -> subprocess.CompletedProcess:
+        return session(tmp_path, "chroot", str(root), *argv)
+
+    dpkg_in("-i", built["deb"])
+    assert os.readlink(opt / "current") == VENV                           # postinst made it, in there
+    checked = inside("/usr/bin/slurm-gpu", "config", "check", DEFAULT_CONFIG_PATH)
+    assert checked.returncode == 0, checked.stderr
+    assert "home = /usr/bin" in (opt / VENV / "pyvenv.cfg").read_text()
+    assert os.stat(root / "var/lib/slurm-gpu-hooks").st_mode & 0o777 == 0o750  # systemd-tmpfiles
+    edit = inside("sed", "-i", "0,/^enabled = true/s//enabled = false/", DEFAULT_CONFIG_PATH)
+    assert edit.returncode == 0, edit.stderr
+    edited = inside("cat", DEFAULT_CONFIG_PATH).stdout
+    assert "enabled = false" in edited
+
+    dpkg_in("-i", built["deb2"])                                        # the rebuilt package
+    assert os.readlink(opt / "current") == f"{VERSION}-2"
+    assert sorted(os.listdir(opt)) == sorted([VENV, f"{VERSION}-2", "current"])    # rollback kept
+    assert inside("cat", DEFAULT_CONFIG_PATH).stdout == edited
+    assert inside("/usr/bin/slurm-gpu", "config", "check", DEFAULT_CONFIG_PATH).returncode == 0
+
+    dpkg_in("--remove", "slurm-gpu-hooks")
+    assert not opt.exists()                                             # prerm took the venvs
+    assert inside("cat", DEFAULT_CONFIG_PATH).stdout == edited          # remove keeps the config
+    assert (root / "var/lib/slurm-gpu-hooks").is_dir()
+    dpkg_in("--purge", "slurm-gpu-hooks")
+    assert inside("test", "-e", DEFAULT_CONFIG_PATH).returncode == 1
+    assert not (root / "var/lib/slurm-gpu-hooks").exists()
+    assert os.path.lexists(OPT) == before                              # this machine's /opt untouched
 
 
 # -- the .rpm -------------------------------------------------------------------------------------
