@@ -20,6 +20,11 @@ if ! command -v python3 >/dev/null 2>&1; then apt_install python3; fi
 if ! command -v gcc >/dev/null 2>&1; then apt_install gcc libc6-dev; fi
 # promtool checks the shipped alert rules; the lab runs node_exporter and Prometheus (Debian's).
 if ! command -v promtool >/dev/null 2>&1; then apt_install prometheus prometheus-node-exporter; fi
+# scripts/build-packages and tests/test_packages.py: Debian's rpmbuild (rpm; rpm2archive in
+# rpm2cpio), lintian, and systemd-analyze / systemd-tmpfiles (systemd).
+if ! command -v rpmbuild >/dev/null 2>&1 || ! command -v rpm2archive >/dev/null 2>&1; then apt_install rpm rpm2cpio; fi
+if ! command -v lintian >/dev/null 2>&1; then apt_install lintian; fi
+if ! command -v systemd-analyze >/dev/null 2>&1 || ! command -v systemd-tmpfiles >/dev/null 2>&1; then apt_install systemd; fi
 # The test command opens the summary's HTML report in a real browser.
 if [ "${SLURM_GPU_BOOTSTRAP_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then apt_install chromium; fi
 if [ ! -x "$VENV/bin/python" ]; then

@@ -29,6 +29,11 @@ NEEDS = {
     r"^sinfo$": "the lab's Slurm",
     r"^install -m 0644 etc/systemd/slurm-gpu-watch\.service /etc/systemd/system/$": "systemd (the lab runs the watcher)",
     r"^systemctl |^journalctl -u ": "systemd (the lab runs the watcher: test_lab_watch.py)",
+    r"^scripts/build-packages( --revision 2)?$": "two package builds: tests/test_packages.py runs them",
+    r"^apt-get install \./slurm-gpu-hooks_[0-9.]+-1_amd64\.deb$":
+        "changes this machine's packages (tests/test_packages.py installs it with dpkg into a temporary root; "
+        "the lab into its Debian 13 root filesystem)",
+    r"^dnf install \./slurm-gpu-hooks-[0-9.]+-1\.el9\.x86_64\.rpm$": "an EL9 machine (the .rpm is inspected, not installed)",
 }
 # What does not need a cluster, each run as the page gives it.
 RUNS = (r"^python3 -m venv ", r"^/tmp/slurm-gpu-build/bin/", r"^V=", r"^/opt/slurm-gpu-hooks/\$V/bin/pip install ",
