@@ -18,7 +18,7 @@ from healthcheck.slurm.backend import NodeInfo
 
 ON = RemediatePolicy(enabled=True, max_reboots=2, max_reboots_by_xid={}, window_s=3600, max_rebooting_nodes=1,
                      gpu_reset=False, gpu_reset_command=("nvidia-smi", "--gpu-reset", "-i", "{gpu}"),
-                     gpu_reset_timeout_s=20.0)
+                     gpu_reset_timeout_s=20.0, records_wait_s=900.0)
 # Idle, drained by us for a cause a reboot clears, nothing spent: the row that reboots.
 READY = Situation(ours=True, resume_mode="after_reboot", flags=("IDLE", "DRAIN"), idle=True, gpu_scoped=True)
 
@@ -32,6 +32,7 @@ ROWS = {
     "wait-idle": (replace(READY, flags=("MIXED", "DRAIN"), idle=False), ON, "wait-idle"),
     "reboots-spent": (replace(READY, reboots=2), ON, "inspect"),
     "reset-first": (READY, replace(ON, gpu_reset=True), "reset-gpu"),
+    "records-first": (replace(READY, undelivered=3, drained_for_s=60.0), ON, "wait-records"),
     "reboot-budget": (replace(READY, rebooting_elsewhere=1), ON, "wait-budget"),
     "reboot": (READY, ON, "reboot"),
 }
@@ -46,6 +47,12 @@ def test_each_row_decides(rule):
     situation, policy, kind = ROWS[rule]
     step = next_step(situation, policy)
     assert (step.rule, step.kind) == (rule, kind)
+
+
+def test_records_are_waited_for_only_within_records_wait_s_and_never_with_zero():
+    late = replace(READY, undelivered=3, drained_for_s=901.0)
+    assert next_step(late, ON).kind == "reboot"
+    assert next_step(replace(READY, undelivered=3, drained_for_s=1.0), replace(ON, records_wait_s=0.0)).kind == "reboot"
 
 
 def test_never_resumed_and_auto_drains_are_not_remediation_s():

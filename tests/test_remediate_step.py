@@ -547,3 +547,76 @@ def test_only_a_recovery_action_that_maps_to_reboot_is_reboot_only():
                                           "recover_imex_domain", "unknown_(9)")] == [
         True, True, False, False, False, False, False]
     assert not reboot_only(ours("reboot", check="gpu.lost")) and not reboot_only(None)
+
+
+def queue_jobs(cluster, jobs, node="gpu1"):
+    """Records of jobs that ended on the node, queued for accounting as the epilog leaves them."""
+    from healthcheck.records import outbox, store
+
+    for job in jobs:
+        store.write_record(cluster.state_dir, {"job_id": job, "node": node, "class": "COMPLETED",
+                                               "slurm_class": "COMPLETED", "ended_at": time.time()})
+        outbox.queue_record(cluster.state_dir, {"job_id": job, "node": node})
+
+
+def test_the_reboot_waits_for_the_nodes_records_to_reach_accounting_first(tmp_path, monkeypatch):
+    """With slurmdbd down the queued records would die with a stateless node's state directory:
+    the reboot waits (wait-records), each run tries to deliver, and once accounting has them all
+    the reboot is asked (issue 31)."""
+    from healthcheck.records import outbox
+
+    monkeypatch.setattr(outbox.DeliverySettings, "from_config",
+                        classmethod(lambda cls, config: cls(attempts=1, verify_delay_s=0.0, jitter_s=0.0,
+                                                            max_jobs_per_run=50, expire_s=86400.0,
+                                                            backoff_max_s=0.0, backoff_s=0.0)))
+    cluster = Cluster(tmp_path, names=("gpu1",))
+    jobs = [str(n) for n in range(100, 120)]
+    queue_jobs(cluster, jobs)
+    real_accounting = cluster.slurm.accounting
+
+    def slurmdbd_down(*args, **kwargs):
+        raise ledgers_error("sacct: error: Problem talking to the database: Connection refused")
+    from healthcheck.slurm.backend import SlurmError as ledgers_error
+
+    cluster.slurm.accounting = slurmdbd_down
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    waiting = cluster.run("gpu1")
+    assert waiting.decision.kind == "drain"
+    assert (waiting.remediation.decision.kind, waiting.remediation.decision.rule) == ("none", "remediate-records-first")
+    assert any("20 job record(s) not yet in accounting before the reboot" in n for n in waiting.notes)
+    assert "reboot" not in [c[0] for c in cluster.slurm.writes()]
+    # slurmdbd is back: a few jobs a run reach accounting, then the reboot
+    cluster.slurm.accounting = real_accounting
+    rows = {job: {"JobID": job, "JobIDRaw": job, "AdminComment": "", "State": "COMPLETED", "ExitCode": "0:0",
+                  "Start": "2026-12-06T07:00:00"} for job in jobs}
+    cluster.slurm.accounting_rows = list(rows.values())
+    write = cluster.slurm.set_admin_comment
+
+    def sacctmgr(job_id, text):             # accounting shows what was written
+        write(job_id, text)
+        rows[job_id]["AdminComment"] = text
+    cluster.slurm.set_admin_comment = sacctmgr
+    kinds = []
+    for _ in range(5):
+        result = cluster.run("gpu1")
+        kinds.append(result.remediation.decision.kind if result.remediation else None)
+        if kinds[-1] == "reboot":
+            break
+    assert kinds[-1] == "reboot" and "none" in kinds[:-1]          # RECORDS_PER_RUN at a time
+    assert not outbox.has_pending(cluster.state_dir)
+    written = {call[1] for call in cluster.slurm.calls if call[0] == "set_admin_comment"}
+    assert written == set(jobs)
+
+
+def test_the_reboot_goes_ahead_once_records_wait_s_is_spent(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",), records_wait_s=0)
+    queue_jobs(cluster, ["7"])
+    cluster.slurm.unreachable = None
+
+    def slurmdbd_down(*args, **kwargs):
+        from healthcheck.slurm.backend import SlurmError
+
+        raise SlurmError("sacct: error: Problem talking to the database")
+    cluster.slurm.accounting = slurmdbd_down
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    assert cluster.run("gpu1").remediation.decision.kind == "reboot"

@@ -219,6 +219,7 @@ CONFIG_SCHEMA: Dict[str, Any] = {
                                    doc='an argument list (no shell); "{gpu}" is the GPU to reset'),
         "gpu_reset_timeout_s": Field(float, minimum=1, maximum=HOOK_TIMEOUT_MAX_S,
                                      doc="seconds, within the health check's own deadline"),
+        "records_wait_s": Field(float, minimum=0, maximum=_MAX_WINDOW_S, doc="seconds; 0 never waits"),
     },
     "retention": {
         "job_records_days": Field(float, minimum=0, maximum=36500, doc="days; 0 keeps them forever"),

@@ -27,6 +27,7 @@ class RemediatePolicy:
     gpu_reset: bool
     gpu_reset_command: Tuple[str, ...]
     gpu_reset_timeout_s: float
+    records_wait_s: float
 
     def reboots_allowed(self, xid: str = "") -> int:
         return int(self.max_reboots_by_xid.get(xid, self.max_reboots)) if xid else self.max_reboots
@@ -39,7 +40,8 @@ class RemediatePolicy:
                    window_s=float(section["window_s"]), max_rebooting_nodes=int(section["max_rebooting_nodes"]),
                    gpu_reset=bool(section["gpu_reset"]),
                    gpu_reset_command=tuple(str(arg) for arg in section["gpu_reset_command"]),
-                   gpu_reset_timeout_s=float(section["gpu_reset_timeout_s"]))
+                   gpu_reset_timeout_s=float(section["gpu_reset_timeout_s"]),
+                   records_wait_s=float(section["records_wait_s"]))
 
 
 @plain(frozen=True)

@@ -26,10 +26,11 @@ from ..plain import plain
 #   reset-gpu     reset the failing GPU now
 #   reboot        ask Slurm to reboot the node now
 #   wait-budget   as many nodes as the budget allows are rebooting: ask again later
+#   wait-records  job records not yet in accounting: delivered before the reboot ([remediate] records_wait_s)
 #   inspect       the fault came back after max_reboots: drain for inspection, leave it alone
 #   inspecting    drained for inspection already: a person must look
 STEPS = ("none", "wait-idle", "wait-reboot", "slurm-owns", "reset-gpu", "reboot", "wait-budget", "inspect",
-         "inspecting")
+         "inspecting", "wait-records")
 
 # Slurm's node flags that say Slurm itself is busy with the node (a reboot it runs, a node that
 # did not come back within ResumeTimeout and is DOWN, one that does not answer).
@@ -56,6 +57,8 @@ class Situation:
                                         # action Node/System Reboot): no GPU reset first
     rebooting_elsewhere: int = 0        # other nodes rebooting now (Slurm's flags, cluster-wide)
     xid: str = ""                       # the cause's Xid code, if any (max_reboots_xid)
+    undelivered: int = 0                # jobs whose records are not in accounting yet (the outbox)
+    drained_for_s: float = 0.0          # since our drain
 
 
 @plain(frozen=True)
@@ -84,6 +87,9 @@ RULES: Sequence[Rule] = (
      "the fault came back after every reboot allowed ([remediate] max_reboots): drain for inspection"),
     ("reset-first", lambda s, p: p.gpu_reset and s.gpu_scoped and not s.gpu_busy and not s.reboot_only
      and s.resets == 0 and s.asked != "reset", "reset-gpu", "a GPU reset may clear it ([remediate] gpu_reset); a reboot if it does not"),
+    ("records-first", lambda s, p: s.undelivered > 0 and s.drained_for_s < p.records_wait_s, "wait-records",
+     "job records not yet in accounting: delivered before the reboot wipes a stateless node's outbox "
+     "([remediate] records_wait_s)"),
     ("reboot-budget", lambda s, p: p.max_rebooting_nodes > 0 and s.rebooting_elsewhere >= p.max_rebooting_nodes,
      "wait-budget", "as many nodes as [remediate] max_rebooting_nodes allows are rebooting"),
     ("reboot", lambda s, p: True, "reboot", "idle, drained for a cause a reboot clears, reboots left"),

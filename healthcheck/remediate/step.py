@@ -6,7 +6,7 @@ max_rebooting_nodes`` (``actions.budget.settle``, a claim in our reason as the a
 from __future__ import annotations
 
 import time
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from ..actions import budget
 from ..actions.decision import Decision
@@ -64,6 +64,12 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
                     "a reboot instead")
         situation = replace(situation, resets=situation.resets + 1, asked="")
         step = next_step(situation, rpolicy)
+    if step.kind == "reboot" and rpolicy.records_wait_s > 0:
+        left, said_records = _records_first(door)
+        if said_records:
+            said.append(said_records)
+        situation = replace(situation, undelivered=left, drained_for_s=max(0.0, now - record.at))
+        step = next_step(situation, rpolicy)
     if step.kind == "reboot" and rpolicy.max_rebooting_nodes > 0:
         try:
             situation = replace(situation, rebooting_elsewhere=len(rebooting(door.backend.nodes(), door.node)))
@@ -84,6 +90,30 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
     elif outcome.applied.done and outcome.decision.kind == "drain":
         ledger.note_inspect(sign, record.cause, now)
     return outcome
+
+
+# Jobs delivered per remediation run: the run stays well within the health check's deadline
+# (a write and its check take about a second each); the rest go out in the next runs.
+RECORDS_PER_RUN = 8
+
+
+def _records_first(door: Session) -> Tuple[int, Optional[str]]:
+    """The node's queued records, delivered before a reboot (at most ``RECORDS_PER_RUN`` jobs, the
+    queue's lock waited for briefly): (jobs still queued, one line when some are)."""
+    from ..records.outbox import DeliverySettings, deliver_pending, has_pending, pending, requeue_missing
+    from ..slurm.job_accounting import SlurmAccounting
+
+    settings = DeliverySettings.from_config(door.config)
+    requeue_missing(door.state_dir, settings.expire_s)
+    if not has_pending(door.state_dir):
+        return 0, None
+    report = deliver_pending(door.state_dir, SlurmAccounting(door.backend),
+                             replace(settings, max_jobs_per_run=RECORDS_PER_RUN, lock_wait_s=2.0))
+    left = len(pending(door.state_dir))
+    if not left:
+        return 0, None
+    why = f": {report.error}" if report.error else ""
+    return left, f"remediation: {left} job record(s) not yet in accounting before the reboot{why}"
 
 
 def _keep(door: Session, extra: str, rule: str, why: str) -> Optional[str]:
