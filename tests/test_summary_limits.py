@@ -1,0 +1,117 @@
+"""slurm-gpu summary against inputs that would cost it its memory (issue 34, findings 7, 8 and 10):
+endless or huge saved documents, job names that grow when escaped, and sacct values no job can
+have. Each runs the command as a site would; the endless ones in a child process under a memory
+limit (RLIMIT_AS), where a traceback, not just a wrong answer, is what used to come out."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+from tests.conftest import run_cli
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "summary")
+LAB_SACCT = os.path.join(DATA, "sacct-lab-scenarios.txt")
+LAB_SINFO = os.path.join(DATA, "sinfo-lab.json")
+LAB_EVENTS = os.path.join(DATA, "sacctmgr-events-lab.txt")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEMORY_LIMIT = 1 << 30              # the child's address space: the CLI needs about a quarter of it
+
+
+def run(*args):
+    return run_cli(["summary", *args])
+
+
+def _limited() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def run_limited(*args, timeout=120):
+    """``slurm-gpu summary ARGS`` in a child whose address space is capped at MEMORY_LIMIT."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("SLURM_GPU_HOOKS_CONFIG", None)
+    return subprocess.run([sys.executable, "-c", "from slurm_hooks.cli import main; main()", "summary", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
+                          preexec_fn=_limited, cwd=ROOT)
+
+
+def _one_line_refusal(result, option):
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith(f"slurm-gpu: summary: {option} "), lines
+
+
+# -- finding 7: saved documents are read with a cap --------------------------------------------------
+@pytest.mark.parametrize("option", ["--sinfo-json", "--events"])
+def test_an_endless_device_is_one_line_and_exit_1_under_a_memory_limit(option):
+    result = run_limited("--input", LAB_SACCT, option, "/dev/zero", "--json")
+    _one_line_refusal(result, option)
+    assert "not a regular file" in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--sinfo-json", "--events"])
+def test_an_endless_fifo_is_one_line_and_exit_1_under_a_memory_limit(tmp_path, option):
+    fifo = str(tmp_path / "endless")
+    os.mkfifo(fifo)
+    # A writer that never stops (no newline either): what `--events <(yes x | tr -d '\n')` would be.
+    writer = subprocess.Popen([sys.executable, "-c",
+                               "import sys\nwith open(sys.argv[1], 'wb') as f:\n"
+                               "    while True: f.write(b'x' * 65536)\n", fifo],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        result = run_limited("--input", LAB_SACCT, option, fifo, "--json")
+    finally:
+        writer.kill()
+        writer.wait()
+    _one_line_refusal(result, option)
+
+
+@pytest.mark.parametrize("option", ["--sinfo-json", "--events"])
+def test_a_file_over_the_cap_is_refused_without_being_read(tmp_path, option):
+    from slurm_hooks.summary.drains import MAX_DOCUMENT_BYTES
+
+    big = tmp_path / "big"
+    with open(big, "wb") as handle:
+        handle.truncate(MAX_DOCUMENT_BYTES + 1)             # sparse: costs no disk
+    result = run("--input", LAB_SACCT, option, str(big), "--json")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"slurm-gpu: summary: {option} {big}: larger than {MAX_DOCUMENT_BYTES} bytes "
+        f"(a saved file of at most {MAX_DOCUMENT_BYTES} bytes is read)"]
+    assert result.stdout == ""
+
+
+def test_saved_documents_under_the_cap_still_count():
+    result = run("--input", LAB_SACCT, "--sinfo-json", LAB_SINFO, "--events", LAB_EVENTS, "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [d["node"] for d in report["drained"]] == ["gpu2"]
+    assert {n["node"]: n["drains"] for n in report["by_node"] if n["drains"]} == {"gpu1": 1, "gpu2": 2, "gpu3": 2}
+
+
+def test_a_missing_document_is_still_a_note():
+    result = run("--input", LAB_SACCT, "--events", "/nonexistent/events.txt", "--json")
+    assert result.exit_code == 0
+    assert "drains per node: not counted (/nonexistent/events.txt: No such file or directory)" in \
+        json.loads(result.stdout)["notes"]
+
+
+def test_an_empty_exception_message_is_still_one_line():
+    """The error path that used to raise IndexError on ``MemoryError()`` (no message)."""
+    from slurm_hooks.cli.summary_cmd import _first_line
+
+    assert _first_line(MemoryError()) == "MemoryError"
+    assert _first_line(ValueError("a\nb")) == "a"
+
+
+def test_the_docs_state_the_document_cap():
+    from slurm_hooks.summary.drains import MAX_DOCUMENT_BYTES
+
+    with open(os.path.join(ROOT, "docs", "summary.md"), encoding="utf-8") as handle:
+        text = " ".join(handle.read().split())
+    assert MAX_DOCUMENT_BYTES == 64 * 1024 * 1024
+    assert "(`MAX_DOCUMENT_BYTES` in `slurm_hooks/summary/drains.py`, 64 MiB," in text
