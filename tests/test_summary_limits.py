@@ -115,3 +115,80 @@ def test_the_docs_state_the_document_cap():
         text = " ".join(handle.read().split())
     assert MAX_DOCUMENT_BYTES == 64 * 1024 * 1024
     assert "(`MAX_DOCUMENT_BYTES` in `slurm_hooks/summary/drains.py`, 64 MiB," in text
+
+
+# -- finding 10: sacct values no job can have are set aside, per reason, and said ---------------------
+IMPOSSIBLE = os.path.join(DATA, "sacct-impossible-values.txt")
+EXPECTED_ASIDE = {"elapsed_not_a_number": 2, "end_not_a_time": 3, "gpus_not_a_count": 2}
+
+
+def _lab_with_impossible(tmp_path):
+    """The lab's capture with the impossible rows (real sacct -P lines, header and all) after it:
+    two sacct runs' files put together, as a site does."""
+    path = tmp_path / "sacct.txt"
+    with open(LAB_SACCT, encoding="utf-8") as lab, open(IMPOSSIBLE, encoding="utf-8") as bad:
+        path.write_text(lab.read() + bad.read())
+    return path
+
+
+def test_impossible_rows_are_set_aside_with_their_reason(tmp_path):
+    path = _lab_with_impossible(tmp_path)
+    result = run("--input", str(path), "--json")
+    clean = json.loads(run("--input", LAB_SACCT, "--json").stdout)
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    # Nothing of them counted: not as jobs, GPU-hours or causes, and not as the report's window.
+    for key in ("jobs", "gpu_hours", "by_cause", "window", "by_node"):
+        assert report[key] == clean[key], key
+    assert report["window"]["first_end"] == "2026-11-30T14:38:11"
+    assert report["window"]["last_end"] == "2026-11-30T14:39:38"
+    assert report["set_aside"] == EXPECTED_ASIDE and clean["set_aside"] == {}
+    said = [line for line in result.stderr.splitlines() if "impossible values" in line]
+    assert len(said) == 1 and said[0].startswith("slurm-gpu: summary: 7 row(s) with impossible values were not counted")
+    assert "3: End is not a time a job ended" in said[0] and "2: ElapsedRaw is not a whole number" in said[0]
+    assert "2: AllocTRES gres/gpu is not a whole count" in said[0]
+    assert any(note.startswith("7 row(s) with impossible values") for note in report["notes"])
+
+
+def test_impossible_rows_are_set_aside_by_the_parallel_reader_and_under_filters(tmp_path):
+    from slurm_hooks.summary.accounting import LineCap
+    from slurm_hooks.summary.parallel import tally_file
+    from slurm_hooks.summary.tally import Filters
+
+    path = _lab_with_impossible(tmp_path)
+    tally = tally_file(str(path), Filters(), 2, [], LineCap(4096))
+    assert (tally.jobs, tally.rejected, tally.set_aside) == (16, 7, EXPECTED_ASIDE)
+    # With a window (what a live sacct run always has), an End of Unknown is still no ending.
+    result = run("--input", str(path), "--json", "--since", "2026-11-30T00:00:00", "--until", "2026-12-01T00:00:00")
+    assert json.loads(result.stdout)["set_aside"] == EXPECTED_ASIDE
+
+
+def test_gpu_counts_that_are_no_count():
+    from slurm_hooks.summary.accounting import NOT_A_COUNT
+    from slurm_hooks.summary.rows import gpus_of
+
+    assert gpus_of("billing=8,cpu=8,gres/gpu=-8,node=1") == NOT_A_COUNT
+    assert gpus_of("billing=8,gres/gpu:h100=4,gres/gpu:a100=-2,node=1") == NOT_A_COUNT
+    assert gpus_of("billing=8,gres/gpu=2.5") == NOT_A_COUNT
+    assert gpus_of("billing=8,gres/gpu:h100=4,gres/gpu:a100=2,node=1") == 6
+
+
+@pytest.mark.parametrize("end, ok", [
+    ("2026-11-30T14:38:14", True), ("Unknown", False), ("None", False), ("0000-00-00T00:00:00", False),
+    ("9999-12-31T23:59:59", False), ("2026-13-01T00:00:00", False), ("2026-11-30T14:38", False),
+    ("2026-11-30T24:00:00", False), ("1999-12-31T23:59:59", False),
+])
+def test_an_end_is_a_time_a_job_ended(end, ok):
+    from slurm_hooks.summary.accounting import end_is_time
+
+    assert end_is_time(end) is ok
+
+
+def test_the_docs_name_every_reason_a_row_is_set_aside():
+    from slurm_hooks.summary.accounting import SET_ASIDE
+
+    with open(os.path.join(ROOT, "docs", "summary.md"), encoding="utf-8") as handle:
+        text = " ".join(handle.read().split())
+    assert "`set_aside` (rows not counted, per reason; `{}` when none)" in text
+    for reason in SET_ASIDE:
+        assert f"`{reason}`" in text, reason

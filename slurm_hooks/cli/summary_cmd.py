@@ -234,7 +234,7 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     except OSError as exc:
         fail(terminal_safe(f"summary: reading {input_path or 'sacct'}: {exc}"), EXIT_UNREADABLE)
 
-    problems += [problem for problem in (cap.problem(), impossible_problem(tally.rejected)) if problem]
+    problems += [problem for problem in (cap.problem(), impossible_problem(tally.rejected, tally.set_aside)) if problem]
     drained, drain_note = _drained(backend, sinfo_path, sinfo_document, input_path, prefix)
     if drain_note:
         notes.append(drain_note)

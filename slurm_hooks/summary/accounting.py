@@ -13,9 +13,10 @@ AdminComment before JobName: extra pieces are glued back, our entries (JSON, whi
 from __future__ import annotations
 
 import json
+import re
 from io import BytesIO
 from itertools import compress, islice, repeat
-from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence
+from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from healthcheck.records import admin_comment
 
@@ -35,9 +36,57 @@ LIVE_DELIMITER = "\x1f"                            # what we ask sacct for: no n
 
 _SKIP_PIECE = 1 << 20
 BLOCK_BYTES = 128 << 10          # LineCap.blocks: read and decoded at once (~500 rows: the tally's chunk)
-# Values no job can have: a row holding one is not counted (and is counted as rejected).
+# Values no job can have: a row holding one is not counted (and is counted as rejected, per
+# reason: ``SET_ASIDE``).
 MAX_ELAPSED_S = 10 * 366 * 86400
 MAX_JOB_GPUS = 1_000_000
+# A job's End as sacct writes it for a job that ended: local ISO time, from 2000 (Slurm is younger)
+# to before 2200. sacct's "Unknown", "None", 0000-00-00T00:00:00 or 9999-12-31T23:59:59 are no
+# ending: such a row would be a job ending and become the report's window.
+END_FIRST, END_LAST = "2000-01-01T00:00:00", "2200-01-01T00:00:00"
+END_LENGTH = len(END_FIRST)
+_END_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)", re.ASCII)
+NOT_A_NUMBER = -(1 << 62)        # ElapsedRaw that is not a whole number of seconds (1e9, NaN)
+NOT_A_COUNT = -1                 # AllocTRES gres/gpu that is not a whole count (-8, 2.5)
+# Why a row was set aside (the report's ``set_aside``: reason -> rows), in the order they are tried.
+SET_ASIDE = {
+    "end_not_a_time": f"End is not a time a job ended (Unknown, 0000-00-00T00:00:00, before {END_FIRST[:4]} "
+                      f"or from {END_LAST[:4]} on)",
+    "elapsed_not_a_number": "ElapsedRaw is not a whole number of seconds (1e9, NaN)",
+    "elapsed_out_of_range": f"ElapsedRaw below 0 or above {MAX_ELAPSED_S} s",
+    "gpus_not_a_count": "AllocTRES gres/gpu is not a whole count (-8)",
+    "gpus_out_of_range": f"more than {MAX_JOB_GPUS} GPUs",
+}
+
+
+def end_is_time(end: str) -> bool:
+    """Whether an End value is a time a job can have ended at (see ``END_FIRST``)."""
+    match = _END_TIME.fullmatch(end)
+    if match is None or not END_FIRST <= end < END_LAST:
+        return False
+    _, month, day, hour, minute, second = map(int, match.groups())
+    return 1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61
+
+
+def seconds_of(value: str) -> int:
+    """ElapsedRaw as an int, ``NOT_A_NUMBER`` for anything but ASCII digits (with a sign)."""
+    digits = value[1:] if value[:1] in ("-", "+") else value
+    return int(value) if digits.isdigit() and digits.isascii() else NOT_A_NUMBER
+
+
+def impossible_reason(end: str, elapsed: int, gpus: int) -> Optional[str]:
+    """The ``SET_ASIDE`` key of the first value no job can have, or None."""
+    if not end_is_time(end):
+        return "end_not_a_time"
+    if elapsed == NOT_A_NUMBER:
+        return "elapsed_not_a_number"
+    if elapsed < 0 or elapsed > MAX_ELAPSED_S:
+        return "elapsed_out_of_range"
+    if gpus == NOT_A_COUNT:
+        return "gpus_not_a_count"
+    if gpus > MAX_JOB_GPUS:
+        return "gpus_out_of_range"
+    return None
 
 
 class LineCap:
@@ -123,11 +172,15 @@ class LineCap:
                 "were skipped, not counted")
 
 
-def impossible_problem(count: int) -> Optional[str]:
+def impossible_problem(count: int, reasons: Optional[Dict[str, int]] = None) -> Optional[str]:
+    """The rows set aside as one line: how many, and how many for each ``SET_ASIDE`` reason."""
     if not count:
         return None
-    return (f"{count} row(s) with impossible values were not counted (elapsed below 0 or above "
-            f"{MAX_ELAPSED_S} s, or more than {MAX_JOB_GPUS} GPUs)")
+    if reasons:
+        detail = "; ".join(f"{rows}: {SET_ASIDE.get(reason, reason)}" for reason, rows in sorted(reasons.items()))
+    else:
+        detail = f"elapsed below 0 or above {MAX_ELAPSED_S} s, or more than {MAX_JOB_GPUS} GPUs"
+    return f"{count} row(s) with impossible values were not counted ({detail})"
 
 
 class AccountingError(Exception):
