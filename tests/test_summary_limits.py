@@ -25,17 +25,19 @@ def run(*args):
     return run_cli(["summary", *args])
 
 
-def _limited() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+def _limit(limit):
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return limited
 
 
-def run_limited(*args, timeout=120):
-    """``slurm-gpu summary ARGS`` in a child whose address space is capped at MEMORY_LIMIT."""
+def run_limited(*args, timeout=120, limit=MEMORY_LIMIT):
+    """``slurm-gpu summary ARGS`` in a child whose address space is capped at ``limit``."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("SLURM_GPU_HOOKS_CONFIG", None)
     return subprocess.run([sys.executable, "-c", "from slurm_hooks.cli import main; main()", "summary", *args],
                           capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
-                          preexec_fn=_limited, cwd=ROOT)
+                          preexec_fn=_limit(limit), cwd=ROOT)
 
 
 def _one_line_refusal(result, option):
@@ -192,3 +194,87 @@ def test_the_docs_name_every_reason_a_row_is_set_aside():
     assert "`set_aside` (rows not counted, per reason; `{}` when none)" in text
     for reason in SET_ASIDE:
         assert f"`{reason}`" in text, reason
+
+
+# -- finding 8: a job name is cut to the line cap before it is escaped --------------------------------
+def _row_with_name(name):
+    with open(LAB_SACCT, encoding="utf-8") as handle:
+        parts = handle.read().splitlines()[2].split("|")
+    parts[-1] = name
+    return "|".join(parts) + "\n"
+
+
+@pytest.mark.parametrize("mode", [[], ["--json"], ["--csv"]])
+def test_an_escaped_job_name_is_cut_to_the_line_cap(tmp_path, mode):
+    cap = 65536
+    config = tmp_path / "c.toml"
+    config.write_text(f"[summary]\nmax_line_bytes = {cap}\n")
+    path = tmp_path / "s.txt"
+    path.write_text(_row_with_name("\x1b" * (cap - 400)))      # a line within the cap, 4-6x past it escaped
+    result = run("--config", str(config), "--input", str(path), "--jobs", *mode)
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b" not in result.stdout
+    longest = max(result.stdout.splitlines(), key=len)
+    assert cap // 2 < len(longest.encode()) <= cap
+    escaped = "\\u001b" if mode == ["--json"] else "\\x1b"
+    assert escaped * 100 + "[cut]" in longest
+    if mode == ["--json"]:
+        rows = json.loads(result.stdout)["job_rows"]
+        assert rows[0]["name"].endswith("[cut]") and set(rows[0]["name"][:-5]) == {"\x1b"}
+
+
+def test_an_ordinary_name_is_left_whole(tmp_path):
+    path = tmp_path / "s.txt"
+    name = "train \u202e\x07 " + "é" * 1000
+    path.write_text(_row_with_name(name))
+    row = json.loads(run("--input", str(path), "--jobs", "--json").stdout)["job_rows"][0]
+    assert row["name"] == name
+
+
+def test_fitting_keeps_the_longest_head_that_fits():
+    from slurm_hooks.summary.text import SIZES, fitting
+
+    value = ("a\x1b\u202e\U0001F600\"" * 5000)
+    for mode, measure in SIZES.items():
+        for budget in (0, 1, 5, 4097, 30000):
+            head, cut = fitting(value, budget, measure)
+            assert cut and value.startswith(head)
+            assert measure(head) <= budget < measure(value[:len(head) + 1]), (mode, budget)
+
+
+def test_a_name_of_escape_bytes_stays_within_a_memory_limit(tmp_path):
+    """Issue 34: 60 MB of ESC took 4.8 GB in --jobs output (a MemoryError traceback under 1.5 GB);
+    here 12 MB under a 600 MiB address space (the name read and decoded takes about 100 MB)."""
+    config = tmp_path / "c.toml"
+    config.write_text("[summary]\nmax_line_bytes = 16000000\n")
+    path = tmp_path / "s.txt"
+    path.write_text(_row_with_name("\x1b" * 12_000_000))
+    result = run_limited("--config", str(config), "--input", str(path), "--jobs", timeout=300,
+                         limit=600 << 20)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(max(result.stdout.splitlines(), key=len)) <= 16_000_000
+
+
+def test_the_largest_losses_keep_a_long_name_cut(tmp_path):
+    """The 25 largest hardware losses are held to the end (and escaped in JSON and HTML): each
+    name at most LOSS_NAME_CHARS, not a line's length."""
+    from healthcheck.records import admin_comment
+    from slurm_hooks.summary.tally import LOSS_NAME_CHARS
+
+    line = _row_with_name("\x1b" * 200_000).split("|")
+    line[15] = admin_comment.encode({"node": "gpu1", "class": "GPU_LOST", "gpu": 3, "xid": 79})
+    path = tmp_path / "s.txt"
+    path.write_text("|".join(line))
+    report = json.loads(run("--input", str(path), "--json").stdout)
+    (loss,) = report["largest_hardware_losses"]
+    assert loss["name"] == "\x1b" * LOSS_NAME_CHARS + "[cut]" and loss["cause"] == "GPU_LOST"
+
+
+def test_the_docs_state_the_row_cap():
+    from slurm_hooks.summary.tally import LOSS_NAME_CHARS
+    from slurm_hooks.summary.text import CUT_MARK
+
+    with open(os.path.join(ROOT, "docs", "summary.md"), encoding="utf-8") as handle:
+        text = " ".join(handle.read().split())
+    assert f"A row's line is at most `[summary] max_line_bytes`, escaped" in text
+    assert f"ends in `{CUT_MARK}`" in text and f"keep at most {LOSS_NAME_CHARS} characters of a name" in text

@@ -73,10 +73,11 @@ def json_document(doc: Dict) -> str:
 class JobOutput:
     """Per-job rows (``--jobs``), written while the accounting streams by."""
 
-    def __init__(self, mode: str, stream: IO[str]):
+    def __init__(self, mode: str, stream: IO[str], cap: int):
         from slurm_hooks.summary import text
 
         self.text, self.mode, self.stream, self.count = text, mode, stream, 0
+        self.cap = cap                   # [summary] max_line_bytes: a row's text, escaped, at most this
         if mode == "csv":
             self.csv = text.CsvWriter(stream, text.JOB_COLUMNS)
         elif mode == "json":
@@ -85,7 +86,7 @@ class JobOutput:
             stream.write(text.JOB_HEADER + "\n")
 
     def __call__(self, view) -> None:
-        row = self.text.job_row(view)
+        row = self.text.bounded_row(self.text.job_row(view), self.cap, self.mode)
         if self.mode == "csv":
             self.csv.row(row)
         elif self.mode == "json":
@@ -191,12 +192,12 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
                       states=frozenset(s.upper() for s in states), causes=frozenset(c.upper() for c in causes),
                       job_ids=frozenset(job_ids))
     out = sys.stdout
-    jobs_out = JobOutput(mode, out) if per_job else None
+    summary = cfg.typed(SummarySettings)
+    jobs_out = JobOutput(mode, out, summary.max_line_bytes) if per_job else None
     tally = Tally(filters, on_job=jobs_out)
     problems: List[str] = []
     notes: List[str] = []
     prefix = cfg.typed(DrainSettings).reason_prefix
-    summary = cfg.typed(SummarySettings)
     backend = None
     cap = LineCap(summary.max_line_bytes)
     # The saved documents first: one that cannot be read safely stops the command before the

@@ -54,6 +54,7 @@ _TRES, _NODELIST, _ADMIN = itemgetter(I_TRES), itemgetter(I_NODELIST), itemgette
 _HOUR = slice(0, 13)             # "2026-11-30T14" of sacct's "2026-11-30T14:38:11"
 
 TOP_LOSSES = 25
+LOSS_NAME_CHARS = 1024           # a kept loss's job name, at most (a name may be a line long: 64 MB)
 
 
 @dataclass
@@ -473,7 +474,10 @@ class Tally:
                 key = culprit.xid if culprit.xid is not None else -1
                 per_gpu[key] = per_gpu.get(key, 0) + 1
         culprit_text = ",".join(sorted(seen))
-        loss = (gpu_seconds, row[I_JOBID], job_name(row), row[I_USER], culprit_text, verdict.cause)
+        name = job_name(row)
+        if len(name) > LOSS_NAME_CHARS:
+            name = name[:LOSS_NAME_CHARS] + "[cut]"
+        loss = (gpu_seconds, row[I_JOBID], name, row[I_USER][:LOSS_NAME_CHARS], culprit_text, verdict.cause)
         self._keep_loss(loss)
 
     # -- node events (drains) --------------------------------------------------------------
