@@ -278,3 +278,43 @@ def test_the_docs_state_the_row_cap():
         text = " ".join(handle.read().split())
     assert f"A row's line is at most `[summary] max_line_bytes`, escaped" in text
     assert f"ends in `{CUT_MARK}`" in text and f"keep at most {LOSS_NAME_CHARS} characters of a name" in text
+
+
+# -- a line many blocks long is joined once, not copied per block: the readers still agree ---------------
+def _random_text(rng, cap):
+    parts = [b"x" * rng.choice([0, 1, 3, cap - 1, cap, cap + 1, cap + 2, 3 * cap]) + b"\n"
+             for _ in range(rng.randint(0, 12))]
+    if rng.random() < 0.5:
+        parts.append(b"y" * rng.randint(0, 2 * cap))        # a last line without its end
+    return b"".join(parts)
+
+
+def test_the_block_reader_and_the_live_feed_give_the_line_readers_lines(monkeypatch):
+    import io
+    import random
+
+    from slurm_hooks.summary import accounting
+    from slurm_hooks.summary.accounting import LineCap, LineFeed
+
+    rng = random.Random(34)
+    for _ in range(2000):
+        cap = rng.choice([4, 8, 16, 64])
+        monkeypatch.setattr(accounting, "BLOCK_BYTES", rng.choice([1, 2, 3, 7, 16, 50]))
+        text = _random_text(rng, cap)
+        end = rng.choice([None, rng.randint(0, len(text) + 1)])
+        one = LineCap(cap)
+        expected = list(one.lines(io.BytesIO(text), end, 0))
+        other = LineCap(cap)
+        assert [line for block in other.blocks(io.BytesIO(text), end, 0) for line in block] == expected
+        assert other.skipped == one.skipped
+        if end is None:                                      # sacct's output, in chunks of any size
+            live, got = LineCap(cap), []
+            feed = LineFeed(got.extend, live)
+            position = 0
+            while position < len(text):
+                step = rng.randint(1, 2 * cap + 3)
+                feed.feed(text[position:position + step])
+                position += step
+            feed.close()
+            assert [line.rstrip("\n") for line in got] == [line.rstrip("\n") for line in expected]
+            assert live.skipped == one.skipped
