@@ -73,10 +73,11 @@ def json_document(doc: Dict) -> str:
 class JobOutput:
     """Per-job rows (``--jobs``), written while the accounting streams by."""
 
-    def __init__(self, mode: str, stream: IO[str]):
+    def __init__(self, mode: str, stream: IO[str], cap: int):
         from slurm_hooks.summary import text
 
         self.text, self.mode, self.stream, self.count = text, mode, stream, 0
+        self.cap = cap                   # [summary] max_line_bytes: a row's text, escaped, at most this
         if mode == "csv":
             self.csv = text.CsvWriter(stream, text.JOB_COLUMNS)
         elif mode == "json":
@@ -85,7 +86,7 @@ class JobOutput:
             stream.write(text.JOB_HEADER + "\n")
 
     def __call__(self, view) -> None:
-        row = self.text.job_row(view)
+        row = self.text.bounded_row(self.text.job_row(view), self.cap, self.mode)
         if self.mode == "csv":
             self.csv.row(row)
         elif self.mode == "json":
@@ -191,14 +192,18 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
                       states=frozenset(s.upper() for s in states), causes=frozenset(c.upper() for c in causes),
                       job_ids=frozenset(job_ids))
     out = sys.stdout
-    jobs_out = JobOutput(mode, out) if per_job else None
+    summary = cfg.typed(SummarySettings)
+    jobs_out = JobOutput(mode, out, summary.max_line_bytes) if per_job else None
     tally = Tally(filters, on_job=jobs_out)
     problems: List[str] = []
     notes: List[str] = []
     prefix = cfg.typed(DrainSettings).reason_prefix
-    summary = cfg.typed(SummarySettings)
     backend = None
     cap = LineCap(summary.max_line_bytes)
+    # The saved documents first: one that cannot be read safely stops the command before the
+    # accounting is read, not after.
+    sinfo_document = _document("--sinfo-json", sinfo_path) if sinfo_path else None
+    events_document = _document("--events", events_path) if events_path else None
     try:
         if input_path and not per_job and workers_for(input_path, workers) > 1:
             tally = tally_file(input_path, filters, workers_for(input_path, workers), problems, cap)
@@ -230,11 +235,12 @@ def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, 
     except OSError as exc:
         fail(terminal_safe(f"summary: reading {input_path or 'sacct'}: {exc}"), EXIT_UNREADABLE)
 
-    problems += [problem for problem in (cap.problem(), impossible_problem(tally.rejected)) if problem]
-    drained, drain_note = _drained(backend, sinfo_path, input_path, prefix)
+    problems += [problem for problem in (cap.problem(), impossible_problem(tally.rejected, tally.set_aside)) if problem]
+    drained, drain_note = _drained(backend, sinfo_path, sinfo_document, input_path, prefix)
     if drain_note:
         notes.append(drain_note)
-    for node, ours in _drain_events(backend, events_path, input_path, since_iso, until_iso, prefix, notes):
+    for node, ours in _drain_events(backend, events_path, events_document, input_path, since_iso, until_iso,
+                                    prefix, notes):
         tally.add_drain(node, ours)
     notes += problems
     window = {"since": since_iso or None, "until": until_iso or None}
@@ -271,36 +277,66 @@ def _backend(cfg):
     return backend_from_config(cfg)
 
 
-def _drained(backend, sinfo_path: Optional[str], input_path: Optional[str], prefix: str):
-    from slurm_hooks.summary.drains import drained_from_sinfo, fetch_sinfo, load_sinfo_file
+def _document(option: str, path: str):
+    """A saved ``--sinfo-json`` / ``--events`` file's bytes (``drains.read_document``: a regular
+    file, at most ``MAX_DOCUMENT_BYTES``), or the OSError that made it unreadable (a missing file
+    is a note in the report, as before). A FIFO, a device or a file over the cap is one line and
+    exit 1, whatever the memory limit: nothing past the cap is read."""
+    from healthcheck.safeio.tomlio import FileRefused
+    from slurm_hooks.summary.drains import MAX_DOCUMENT_BYTES, read_document
 
     try:
+        return read_document(path)
+    except FileRefused as exc:
+        fail(terminal_safe(f"summary: {option} {path}: {exc.strerror} (a saved file of at most "
+                           f"{MAX_DOCUMENT_BYTES} bytes is read)"), EXIT_UNREADABLE)
+    except OSError as exc:
+        return exc
+    except MemoryError:
+        fail(terminal_safe(f"summary: {option} {path}: out of memory reading it"), EXIT_UNREADABLE)
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception as one line; its type when it says nothing (``MemoryError()``)."""
+    lines = str(exc).splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _drained(backend, sinfo_path: Optional[str], document, input_path: Optional[str], prefix: str):
+    from slurm_hooks.summary.drains import drained_from_sinfo, fetch_sinfo, parse_sinfo_document
+
+    try:
+        if isinstance(document, OSError):
+            raise document
         if sinfo_path:
-            return drained_from_sinfo(load_sinfo_file(sinfo_path), prefix), ""
+            return drained_from_sinfo(parse_sinfo_document(document, sinfo_path), prefix), ""
         if input_path:
             return [], "nodes drained now: not known (--input without --sinfo-json)"
         return drained_from_sinfo(fetch_sinfo(backend), prefix), ""
     except OSError as exc:
         return [], f"nodes drained now: not known ({sinfo_path}: {exc.strerror})"
-    except Exception as exc:  # SlurmError or a document that is not sinfo's: a note, not a failure
-        return [], f"nodes drained now: not known (sinfo --json: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    except Exception as exc:  # SlurmError, a document that is not sinfo's, MemoryError: a note, not a failure
+        return [], f"nodes drained now: not known (sinfo --json: {_first_line(exc)})"
 
 
-def _drain_events(backend, events_path, input_path, since_iso, until_iso, prefix, notes) -> Iterable[Tuple[str, bool]]:
+def _drain_events(backend, events_path, document, input_path, since_iso, until_iso, prefix, notes
+                  ) -> Iterable[Tuple[str, bool]]:
     from slurm_hooks.summary.drains import drain_events, fetch_events
 
     try:
+        if isinstance(document, OSError):
+            raise document
         if events_path:
-            with open(events_path, encoding="utf-8", errors="replace") as handle:
-                return list(drain_events(handle, since_iso, until_iso, prefix))
+            lines = document.decode("utf-8", "replace").split("\n")
+            return list(drain_events(lines, since_iso, until_iso, prefix))
         if input_path:
             notes.append("drains per node: not counted (--input without --events)")
             return []
         return list(drain_events(fetch_events(backend, since_iso, until_iso), since_iso, until_iso, prefix))
     except OSError as exc:
         notes.append(f"drains per node: not counted ({events_path}: {exc.strerror})")
-    except Exception as exc:  # SlurmError: a note, not a failure
-        notes.append(f"drains per node: not counted (sacctmgr show event: {str(exc).splitlines()[0]})")
+    except Exception as exc:  # SlurmError, MemoryError: a note, not a failure
+        notes.append(f"drains per node: not counted (sacctmgr show event: {_first_line(exc)})")
     return []
 
 

@@ -13,9 +13,10 @@ AdminComment before JobName: extra pieces are glued back, our entries (JSON, whi
 from __future__ import annotations
 
 import json
+import re
 from io import BytesIO
 from itertools import compress, islice, repeat
-from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence
+from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from healthcheck.records import admin_comment
 
@@ -35,9 +36,57 @@ LIVE_DELIMITER = "\x1f"                            # what we ask sacct for: no n
 
 _SKIP_PIECE = 1 << 20
 BLOCK_BYTES = 128 << 10          # LineCap.blocks: read and decoded at once (~500 rows: the tally's chunk)
-# Values no job can have: a row holding one is not counted (and is counted as rejected).
+# Values no job can have: a row holding one is not counted (and is counted as rejected, per
+# reason: ``SET_ASIDE``).
 MAX_ELAPSED_S = 10 * 366 * 86400
 MAX_JOB_GPUS = 1_000_000
+# A job's End as sacct writes it for a job that ended: local ISO time, from 2000 (Slurm is younger)
+# to before 2200. sacct's "Unknown", "None", 0000-00-00T00:00:00 or 9999-12-31T23:59:59 are no
+# ending: such a row would be a job ending and become the report's window.
+END_FIRST, END_LAST = "2000-01-01T00:00:00", "2200-01-01T00:00:00"
+END_LENGTH = len(END_FIRST)
+_END_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)", re.ASCII)
+NOT_A_NUMBER = -(1 << 62)        # ElapsedRaw that is not a whole number of seconds (1e9, NaN)
+NOT_A_COUNT = -1                 # AllocTRES gres/gpu that is not a whole count (-8, 2.5)
+# Why a row was set aside (the report's ``set_aside``: reason -> rows), in the order they are tried.
+SET_ASIDE = {
+    "end_not_a_time": f"End is not a time a job ended (Unknown, 0000-00-00T00:00:00, before {END_FIRST[:4]} "
+                      f"or from {END_LAST[:4]} on)",
+    "elapsed_not_a_number": "ElapsedRaw is not a whole number of seconds (1e9, NaN)",
+    "elapsed_out_of_range": f"ElapsedRaw below 0 or above {MAX_ELAPSED_S} s",
+    "gpus_not_a_count": "AllocTRES gres/gpu is not a whole count (-8)",
+    "gpus_out_of_range": f"more than {MAX_JOB_GPUS} GPUs",
+}
+
+
+def end_is_time(end: str) -> bool:
+    """Whether an End value is a time a job can have ended at (see ``END_FIRST``)."""
+    match = _END_TIME.fullmatch(end)
+    if match is None or not END_FIRST <= end < END_LAST:
+        return False
+    _, month, day, hour, minute, second = map(int, match.groups())
+    return 1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61
+
+
+def seconds_of(value: str) -> int:
+    """ElapsedRaw as an int, ``NOT_A_NUMBER`` for anything but ASCII digits (with a sign)."""
+    digits = value[1:] if value[:1] in ("-", "+") else value
+    return int(value) if digits.isdigit() and digits.isascii() else NOT_A_NUMBER
+
+
+def impossible_reason(end: str, elapsed: int, gpus: int) -> Optional[str]:
+    """The ``SET_ASIDE`` key of the first value no job can have, or None."""
+    if not end_is_time(end):
+        return "end_not_a_time"
+    if elapsed == NOT_A_NUMBER:
+        return "elapsed_not_a_number"
+    if elapsed < 0 or elapsed > MAX_ELAPSED_S:
+        return "elapsed_out_of_range"
+    if gpus == NOT_A_COUNT:
+        return "gpus_not_a_count"
+    if gpus > MAX_JOB_GPUS:
+        return "gpus_out_of_range"
+    return None
 
 
 class LineCap:
@@ -71,15 +120,18 @@ class LineCap:
         cap skipped and counted, the one that reaches ``end`` read to its end), a block of about
         ``BLOCK_BYTES`` at a time: one read and one decode per block instead of per line."""
         read, cap, position = stream.read, self.cap, start
-        rest, skipping = b"", False
+        # The line begun and not yet ended, in pieces: joined once when it ends (a line many
+        # blocks long was copied once per block, 11 s for one of 60 MB).
+        held: List[bytes] = []
+        held_bytes, skipping = 0, False
         while True:
             finishing = end is not None and position >= end      # only the line that reaches end is left
-            if finishing and not rest and not skipping:
+            if finishing and not held and not skipping:
                 return
             data = read(BLOCK_BYTES if end is None or finishing else min(BLOCK_BYTES, end - position))
             if not data:
-                if rest and not skipping:
-                    yield [rest.decode("utf-8", "replace")]
+                if held and not skipping:
+                    yield [b"".join(held).decode("utf-8", "replace")]
                 return
             position += len(data)
             if finishing:
@@ -91,14 +143,24 @@ class LineCap:
                 skipping, data = False, data[cut + 1:]
                 if finishing:
                     return
-            data = rest + data if rest else data
+            if b"\n" not in data:                            # the line goes on
+                if data:
+                    held.append(data)
+                    held_bytes += len(data)
+                    if held_bytes > cap:                      # a line past the cap: read through, dropped
+                        self.skipped += 1
+                        held, held_bytes, skipping = [], 0, True
+                continue
+            if held:
+                held.append(data)
+                data = b"".join(held)
             cut = data.rfind(b"\n")
             rest = data[cut + 1:]
             if len(rest) > cap:                               # a line past the cap: read through, dropped
                 self.skipped += 1
-                rest, skipping = b"", True
-            if cut < 0:
-                continue
+                held, held_bytes, skipping = [], 0, True
+            else:
+                held, held_bytes = ([rest], len(rest)) if rest else ([], 0)
             body = data[:cut + 1]
             if len(body) > cap + 1:
                 body = self.without_long(body)
@@ -123,11 +185,15 @@ class LineCap:
                 "were skipped, not counted")
 
 
-def impossible_problem(count: int) -> Optional[str]:
+def impossible_problem(count: int, reasons: Optional[Dict[str, int]] = None) -> Optional[str]:
+    """The rows set aside as one line: how many, and how many for each ``SET_ASIDE`` reason."""
     if not count:
         return None
-    return (f"{count} row(s) with impossible values were not counted (elapsed below 0 or above "
-            f"{MAX_ELAPSED_S} s, or more than {MAX_JOB_GPUS} GPUs)")
+    if reasons:
+        detail = "; ".join(f"{rows}: {SET_ASIDE.get(reason, reason)}" for reason, rows in sorted(reasons.items()))
+    else:
+        detail = f"elapsed below 0 or above {MAX_ELAPSED_S} s, or more than {MAX_JOB_GPUS} GPUs"
+    return f"{count} row(s) with impossible values were not counted ({detail})"
 
 
 class AccountingError(Exception):
@@ -313,7 +379,8 @@ class LineFeed:
 
     def __init__(self, consume: Callable[[List[str]], None], cap: LineCap):
         self.consume = consume
-        self.rest = b""
+        self.held: List[bytes] = []      # the line begun, in pieces: joined once, when it ends
+        self.held_bytes = 0
         self.cap = cap
         self.skipping = False            # inside a line past the cap: dropped up to its end
 
@@ -324,12 +391,13 @@ class LineFeed:
                 return
             self.skipping = False
             chunk = chunk[cut + 1:]
-        data = self.rest + chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self.rest = self._capped(data)
+        if b"\n" not in chunk:
+            self._hold(chunk)
             return
-        self.rest = self._capped(data[cut + 1:])
+        data = b"".join(self.held + [chunk]) if self.held else chunk
+        self.held, self.held_bytes = [], 0
+        cut = data.rfind(b"\n")
+        self._hold(data[cut + 1:])
         lines = data[:cut + 1]
         if cut > self.cap.cap:
             lines = self.cap.without_long(lines)
@@ -339,15 +407,18 @@ class LineFeed:
         text = lines.decode("utf-8", "replace")
         self.consume([line + "\n" for line in text.split("\n")[:-1]])
 
-    def _capped(self, rest: bytes) -> bytes:
-        """The head of a line not yet ended, unless it is already past the cap."""
-        if len(rest) > self.cap.cap:
+    def _hold(self, piece: bytes) -> None:
+        """Keep the head of a line not yet ended, unless it is past the cap by now."""
+        if not piece:
+            return
+        self.held.append(piece)
+        self.held_bytes += len(piece)
+        if self.held_bytes > self.cap.cap:
             self.cap.skipped += 1
             self.skipping = True
-            return b""
-        return rest
+            self.held, self.held_bytes = [], 0
 
     def close(self) -> None:
-        if self.rest:
-            self.consume([self.rest.decode("utf-8", "replace")])
-            self.rest = b""
+        if self.held:
+            self.consume([b"".join(self.held).decode("utf-8", "replace")])
+            self.held, self.held_bytes = [], 0

@@ -137,9 +137,28 @@ def fetch_events(backend, since: str, until: str) -> List[str]:
     return text.splitlines()
 
 
+# A saved ``sinfo --json`` (about 3 KB a node) or a window's ``sacctmgr show event`` output (about
+# 100 bytes an event) of a large cluster is a few MB; a FIFO, /dev/zero or a runaway file must not
+# fill the summary's memory (issue 34: 7.9 GB in 10 s before this cap).
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
+
+
+def read_document(path: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """A saved ``--sinfo-json`` or ``--events`` file's bytes, read with the bounded reader the
+    config uses (``healthcheck.safeio.tomlio.read_bytes``): a regular file of at most ``limit``
+    bytes. ``FileRefused`` (an OSError) for a FIFO, a device or a larger file, before more than
+    ``limit`` bytes are read."""
+    from healthcheck.safeio.tomlio import read_bytes
+
+    return read_bytes(path, limit)
+
+
 def load_sinfo_file(path: str) -> Dict[str, Any]:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        try:
-            return json.load(handle)
-        except ValueError:
-            raise ValueError(f"{path}: not sinfo --json output") from None
+    return parse_sinfo_document(read_document(path), path)
+
+
+def parse_sinfo_document(raw: bytes, path: str) -> Dict[str, Any]:
+    try:
+        return json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        raise ValueError(f"{path}: not sinfo --json output") from None

@@ -109,6 +109,7 @@ def build(tally: Tally, window: Dict[str, Any], drained: List[Dict[str, Any]], n
             for gpu_seconds, job, name, user, nodes, cause in losses],
         "unfinished": tally.unfinished,
         "filtered_out": tally.filtered_out,
+        "set_aside": dict(sorted(tally.set_aside.items())),
         "source": source,
         "notes": list(notes),
     }

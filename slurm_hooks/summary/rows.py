@@ -7,29 +7,33 @@ import re
 from itertools import islice
 from typing import Iterable, Iterator, List, Sequence, Tuple
 
-from .accounting import INDEX
+from .accounting import INDEX, NOT_A_COUNT
 
 I_JOBID, I_USER, I_ACCOUNT, I_PARTITION = INDEX["JobID"], INDEX["User"], INDEX["Account"], INDEX["Partition"]
 I_STATE, I_START, I_END, I_ELAPSED = INDEX["State"], INDEX["Start"], INDEX["End"], INDEX["ElapsedRaw"]
 I_TRES, I_NODELIST, I_ADMIN, I_NAME = INDEX["AllocTRES"], INDEX["NodeList"], INDEX["AdminComment"], INDEX["JobName"]
 I_EXIT = INDEX["ExitCode"]
 
-_TYPED_GPU = re.compile(r"gres/gpu:[^=,]+=(\d+)")
+_TYPED_GPU = re.compile(r"gres/gpu:[^=,]+=([^,]*)")
 NODE_CACHE_LIMIT = 50_000         # distinct node lists and AllocTRES strings kept expanded
 CHUNK_ROWS = 512
 
 
+def _count(value: str) -> int:
+    return int(value) if value.isdigit() and value.isascii() else NOT_A_COUNT
+
+
 def gpus_of(tres: str) -> int:
     """Allocated GPUs from AllocTRES (``gres/gpu=N``; typed ``gres/gpu:h100=N`` summed when the
-    untyped count is absent)."""
+    untyped count is absent); ``NOT_A_COUNT`` when a count is not a whole number (``-8``)."""
     at = tres.find("gres/gpu=")
     if at < 0:
         if "gres/gpu:" not in tres:
             return 0
-        return sum(int(n) for n in _TYPED_GPU.findall(tres))
+        counts = [_count(value) for value in _TYPED_GPU.findall(tres)]
+        return NOT_A_COUNT if NOT_A_COUNT in counts else sum(counts)
     end = tres.find(",", at)
-    value = tres[at + 9:end] if end >= 0 else tres[at + 9:]
-    return int(value) if value.isdigit() else 0
+    return _count(tres[at + 9:end] if end >= 0 else tres[at + 9:])
 
 
 def expand_nodes(nodelist: str) -> Tuple[str, ...]:

@@ -16,7 +16,8 @@ from itertools import compress, repeat
 from operator import add, getitem, is_not, itemgetter, mul, not_
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
-from .accounting import MAX_ELAPSED_S, MAX_JOB_GPUS, SACCT_FIELDS, job_name
+from .accounting import (END_FIRST, END_LAST, END_LENGTH, MAX_ELAPSED_S, MAX_JOB_GPUS, SACCT_FIELDS,
+                         end_is_time, impossible_reason, job_name, seconds_of)
 from .rows import (
     I_ACCOUNT,
     I_ADMIN,
@@ -53,6 +54,7 @@ _TRES, _NODELIST, _ADMIN = itemgetter(I_TRES), itemgetter(I_NODELIST), itemgette
 _HOUR = slice(0, 13)             # "2026-11-30T14" of sacct's "2026-11-30T14:38:11"
 
 TOP_LOSSES = 25
+LOSS_NAME_CHARS = 1024           # a kept loss's job name, at most (a name may be a line long: 64 MB)
 
 
 @dataclass
@@ -155,6 +157,7 @@ class Tally:
         self.unfinished = 0
         self.filtered_out = 0
         self.rejected = 0                # rows with values no job can have (accounting.MAX_*)
+        self.set_aside: Dict[str, int] = {}   # ... per reason (accounting.SET_ASIDE)
         self.gpu_seconds = 0
         self.hardware_jobs = 0
         self.hardware_gpu_seconds = 0.0
@@ -234,6 +237,17 @@ class Tally:
             dropped = list(map(_STATE, compress(rows, map(not_, ended))))
             rows, keys = list(compress(rows, ended)), list(compress(keys, ended))
             self.unfinished += len(dropped) - dropped.count(HEADER_STATE)
+        if rows:
+            # An ended job's End is a time (one pass each in C; the rows are looked at one by one
+            # only when one is not): "Unknown" or 0000-00-00T00:00:00 is no ending, and would
+            # otherwise have become the report's window.
+            ends = list(map(_END, rows))
+            lengths = list(map(len, ends))
+            if min(ends) < END_FIRST or max(ends) >= END_LAST or min(lengths) != END_LENGTH \
+                    or max(lengths) != END_LENGTH:
+                timed = list(map(end_is_time, ends))
+                self._set_aside("end_not_a_time", len(timed) - sum(timed))
+                rows, keys = list(compress(rows, timed)), list(compress(keys, timed))
         f = self.filters
         if f.since or f.until or f.users or f.accounts or f.partitions or f.states or f.job_ids or f.nodes:
             rows, keys = self._select(rows, keys)
@@ -292,13 +306,18 @@ class Tally:
         try:
             elapsed = list(map(int, map(_ELAPSED, rows)))
         except ValueError:
-            elapsed = [int(value) if value.lstrip("-").isdigit() else 0 for value in map(_ELAPSED, rows)]
+            elapsed = list(map(seconds_of, map(_ELAPSED, rows)))      # 1e9, NaN: NOT_A_NUMBER
         gpus = list(map(self._gpu_counts.__getitem__, map(_TRES, rows)))
-        if min(elapsed) < 0 or max(elapsed) > MAX_ELAPSED_S or max(gpus) > MAX_JOB_GPUS:
-            # Rare: count what no job can be (2.2e26 GPU-hours), then tally the rest as usual.
-            possible = [row for row, busy, count in zip(rows, elapsed, gpus)
-                        if 0 <= busy <= MAX_ELAPSED_S and count <= MAX_JOB_GPUS]
-            self.rejected += len(rows) - len(possible)
+        if min(elapsed) < 0 or max(elapsed) > MAX_ELAPSED_S or min(gpus) < 0 or max(gpus) > MAX_JOB_GPUS:
+            # Rare: count what no job can be (2.2e26 GPU-hours, -8 GPUs, NaN seconds), per reason,
+            # then tally the rest as usual.
+            possible = []
+            for row, end, busy, count in zip(rows, ends, elapsed, gpus):
+                reason = impossible_reason(end, busy, count)
+                if reason is None:
+                    possible.append(row)
+                else:
+                    self._set_aside(reason, 1)
             if possible:
                 self.add_chunk(possible)
             return
@@ -329,6 +348,11 @@ class Tally:
                     cause=source_and_cause[1:],
                     source=SOURCE_HOOKS if source_and_cause[0] == SOURCE_KEY_HOOKS else SOURCE_ACCOUNTING)
                 self.on_job(JobView(row, verdict, gpus[i], elapsed[i], self._nodes(row[I_NODELIST])))
+
+    def _set_aside(self, reason: str, rows: int) -> None:
+        if rows:
+            self.rejected += rows
+            self.set_aside[reason] = self.set_aside.get(reason, 0) + rows
 
     def _cells(self) -> Iterable[Tuple[str, str, int, int, int]]:
         """(hour, cause, jobs, gpu_seconds, jobs classified from accounting alone) per tally key."""
@@ -381,6 +405,7 @@ class Tally:
         for name in ("jobs", "unfinished", "filtered_out", "rejected", "gpu_seconds", "hardware_jobs",
                      "hardware_gpu_seconds", "drain_events"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        _add_counts(self.set_aside, other.set_aside)
         self._key_jobs.update(other._key_jobs)
         for key, seconds in other._key_gpu_seconds.items():
             self._key_gpu_seconds[key] = self._key_gpu_seconds.get(key, 0) + seconds
@@ -449,7 +474,10 @@ class Tally:
                 key = culprit.xid if culprit.xid is not None else -1
                 per_gpu[key] = per_gpu.get(key, 0) + 1
         culprit_text = ",".join(sorted(seen))
-        loss = (gpu_seconds, row[I_JOBID], job_name(row), row[I_USER], culprit_text, verdict.cause)
+        name = job_name(row)
+        if len(name) > LOSS_NAME_CHARS:
+            name = name[:LOSS_NAME_CHARS] + "[cut]"
+        loss = (gpu_seconds, row[I_JOBID], name, row[I_USER][:LOSS_NAME_CHARS], culprit_text, verdict.cause)
         self._keep_loss(loss)
 
     # -- node events (drains) --------------------------------------------------------------

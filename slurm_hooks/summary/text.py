@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
-from typing import Any, Dict, Iterable, List, Sequence, TextIO
+from typing import Any, Callable, Dict, Iterable, List, Sequence, TextIO, Tuple
 
 from .rows import I_ACCOUNT, I_END, I_EXIT, I_JOBID, I_NODELIST, I_PARTITION, I_START, I_STATE, I_USER
 from .tally import JobView
@@ -17,10 +18,81 @@ TOP_NODES = 15
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0))}
+_ESCAPES.update({code: f"\\u{code:04x}" for code in (*range(0x202a, 0x202f), *range(0x2066, 0x206a))})
+
+
 def terminal_safe(value: object) -> str:
-    """Log text is written by whoever caused the error: escape what a terminal would obey."""
-    return _UNSAFE.sub(lambda match: f"\\x{ord(match.group()):02x}" if ord(match.group()) < 0x100
-                       else f"\\u{ord(match.group()):04x}", str(value))
+    """Log text is written by whoever caused the error: escape what a terminal would obey.
+    (``str.translate`` writes the escaped text straight out: a regex substitution with a
+    function kept an object per match, 80 times the text's size for a name of ESC bytes.)"""
+    text = str(value)
+    if _UNSAFE.search(text) is None:
+        return text
+    return text.translate(_ESCAPES)
+
+
+# -- text that grows when escaped, cut to a line's cap first (issue 34) ------------------------
+MAX_GROWTH = 12          # output bytes one character can become: JSON's \udXXX\udXXX for one past U+FFFF
+_PIECE = 4096            # characters measured at a time
+CUT_MARK = "[cut]"
+ROW_FRAME = 512          # a row's bytes beside its text fields: JSON keys, quotes, separators, numbers
+
+
+def fitting(value: str, budget: int, measure: Callable[[str], int]) -> Tuple[str, bool]:
+    """The longest head of ``value`` whose escaped form (``measure``: its size in bytes) fits in
+    ``budget``, and whether it was cut. Measured a piece at a time: nothing past the budget is
+    ever escaped, and no more than a piece's escape is held beside the head."""
+    if len(value) * MAX_GROWTH <= budget:
+        return value, False
+    used = position = 0
+    while position < len(value):
+        piece = value[position:position + _PIECE]
+        size = measure(piece)
+        if used + size > budget:
+            for char in piece:
+                size = measure(char)
+                if used + size > budget:
+                    return value[:position], True
+                used += size
+                position += 1
+        used += size
+        position += len(piece)
+    return value, False
+
+
+def _text_size(value: str) -> int:
+    return len(terminal_safe(value).encode("utf-8", "surrogateescape"))
+
+
+def _csv_size(value: str) -> int:
+    safe = terminal_safe(value)
+    return len(safe.encode("utf-8", "surrogateescape")) + safe.count('"')
+
+
+def _json_size(value: str) -> int:
+    return len(json.dumps(value)) - 2
+
+
+SIZES = {"text": _text_size, "csv": _csv_size, "json": _json_size}
+
+
+def bounded_row(row: Dict[str, Any], cap: int, mode: str) -> Dict[str, Any]:
+    """A job row whose line, escaped as ``mode`` writes it, is at most ``cap`` bytes ([summary]
+    max_line_bytes, the longest line read): its text fields share ``cap - ROW_FRAME``, the job
+    name last, so that a long one is what gets cut (ending in ``CUT_MARK``). Each field is cut
+    before it is escaped."""
+    measure = SIZES[mode]
+    budget = cap - ROW_FRAME - len(CUT_MARK)
+    texts = [key for key, value in row.items() if isinstance(value, str) and key != "name"] + ["name"]
+    if sum(map(len, (row[key] for key in texts))) * MAX_GROWTH <= budget:
+        return row                                   # every ordinary row
+    row = dict(row)
+    for key in texts:
+        head, cut = fitting(row[key], max(budget, 0), measure)
+        budget -= measure(head)
+        row[key] = head + CUT_MARK if cut else head
+    return row
 
 
 def _pct(value: float) -> str:
