@@ -423,3 +423,47 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
     }
     return NVML_SUCCESS;
 }
+
+/* MIG (every branch modelled: MIG came with R450). The stand-in's GPUs have MIG off, as an H100
+ * out of the box: the mode is read, there are no MIG devices to enumerate. */
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) {
+    DEVICE_CALL(device);
+    *currentMode = *pendingMode = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    DEVICE_CALL(device);
+    *count = 7;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice) {
+    DEVICE_CALL(device);
+    (void)index; (void)migDevice;
+    return NVML_ERROR_INVALID_ARGUMENT;     /* MIG is off: no MIG device in any slot */
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device) {
+    DEVICE_CALL(migDevice);
+    (void)device;
+    return NVML_ERROR_INVALID_ARGUMENT;     /* not a MIG device's handle */
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
+    DEVICE_CALL(device);
+    *isMigDevice = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    DEVICE_CALL(device);
+    (void)id;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    DEVICE_CALL(device);
+    (void)id;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
