@@ -276,6 +276,9 @@ def _read_mig(nvml, pynvml, handle, gpu: GpuFacts, read, first_exported) -> None
             if getattr(exc, "value", None) not in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
                 gpu.errors.setdefault("mig", f"MIG device {slot}: {_text(exc)}")
             continue     # no MIG device in this slot
+        if not read("mig", lambda: nvml.nvmlDeviceIsMigDeviceHandle(mig)):
+            gpu.errors.setdefault("mig", f"MIG device {slot}: NVML does not call its handle a MIG device's")
+            continue
         parent = read("mig", lambda: nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig))
         devices.append({
             "index": slot,
