@@ -276,3 +276,34 @@ def test_dcgmi_diag_on_mig_gpus_only_is_skipped_said_and_never_a_failure(tmp_pat
     assert (dcgm.status, dcgm.skipped_gpus) == ("skipped", [1]) and "GPU 1: MIG mode is on" in dcgm.message
     assert report.findings == [] and report.status == "ok"
     assert dcgm_diag(default_input(dcgm=DcgmFacts(status="skipped", message="x", skipped_gpus=[0]))) == []
+
+
+# -- the docs say what the code does ---------------------------------------------------------------
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+
+
+def read_doc(name):
+    with open(os.path.join(DOCS, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_checks_md_names_every_mig_call_the_probe_makes_and_the_dcgm_skip_message():
+    from healthcheck import driver_support
+    from healthcheck.checks.dcgm import skip_message
+
+    text = read_doc("checks.md")
+    table = text[text.index("## Driver support"):text.index("## Tiers")]
+    mig_calls = [name for name, entry in driver_support.functions().items() if entry.fact == "mig"]
+    assert len(mig_calls) == 7 and all(f"`{name}`" in table for name in mig_calls)
+    assert all(driver_support.functions()[name].since == driver_support.BRANCHES[0] for name in mig_calls)
+    assert skip_message([0, 1]).split(" (")[0] in text
+
+
+def test_job_classes_md_names_the_mig_mapping_labels_and_the_record_key(node):
+    text = read_doc("job-classes.md")
+    assert prolog.main([]) == 0
+    entry = last_run(node)
+    assert f"mapping `{entry['mapping']}`" in text and "`mig, unreadable`" in text and "`mig, unknown ...`" in text
+    assert "`all GPUs (a MIG node; ...)`" in text
+    assert set(entry["job_mig_devices"][0]) == {"uuid", "gpu", "gpu_uuid", "gpu_instance", "compute_instance"}
+    assert "`{uuid, gpu, gpu_uuid, gpu_instance, compute_instance}`" in text and "`mig_devices`" in text
