@@ -307,3 +307,22 @@ def test_job_classes_md_names_the_mig_mapping_labels_and_the_record_key(node):
     assert "`all GPUs (a MIG node; ...)`" in text
     assert set(entry["job_mig_devices"][0]) == {"uuid", "gpu", "gpu_uuid", "gpu_instance", "compute_instance"}
     assert "`{uuid, gpu, gpu_uuid, gpu_instance, compute_instance}`" in text and "`mig_devices`" in text
+
+
+XID13_TAGGED = "NVRM: Xid (PCI:{pci} GPU-I:{gi:02d} GPU-CI:00): 13, pid=1, name=python, Graphics Exception: ESR 0x1"
+
+
+@pytest.mark.parametrize("gi,counted", [(2, True), (1, False)])
+def test_an_xid_tagged_with_a_gpu_instance_counts_only_for_the_job_on_that_instance(node, gi, counted):
+    """The job ran on GPU 1's GPU instance 2: an Xid the kernel tagged GPU-I 2 is its own, one
+    tagged GPU-I 1 is the neighbour's on the same parent (an untagged one, the parent's, counts:
+    test_the_record_names_gpu_and_instance_and_counts_an_xid_on_the_parent)."""
+    assert prolog.main([]) == 0
+    bus_id = load_profile(MIG)["gpu"][1]["pci_bus_id"]
+    inject(node, "--log", XID13_TAGGED.format(pci=kernel_pci(bus_id), gi=gi))
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "1:0")
+    epilog.main([])
+    record = store.read_record(node["state"], "7", "gpu1")
+    xids = [e for e in record["evidence"] if e["kind"] == "xid"]
+    assert ([(e["code"], e.get("gpu")) for e in xids] == [(13, 1)]) == counted and (xids == []) != counted
