@@ -212,7 +212,10 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     now = time.time()
     baseline = store.read_baseline(config.state_dir, job_id, node)
     gres = None if mig_uuids(env.get("SLURM_JOB_GPUS")) else parse_gpu_list(env.get("SLURM_JOB_GPUS"))
-    job_gpus: Optional[List[int]] = baseline.get("gpus") if baseline else gres
+    # Without the prolog's baseline a MIG job's GRES indices say nothing of its GPUs (they index
+    # Slurm's list of MIG devices): its GPUs are unknown, and every Xid of the job's time counts.
+    mig_job = bool(mig_uuids(env.get("CUDA_VISIBLE_DEVICES"), env.get("SLURM_JOB_GPUS")))
+    job_gpus: Optional[List[int]] = baseline.get("gpus") if baseline else (None if mig_job else gres)
     # The probes' children start first; Slurm's view of the job is asked for while they run.
     sources = node_sources(config, node)
     probe_gpus = job_gpus if job_gpus is not None else []

@@ -223,7 +223,7 @@ def test_the_record_names_gpu_and_instance_and_counts_an_xid_on_the_parent(node)
     assert [(m["uuid"], m["gpu"], m["gpu_instance"], m["compute_instance"]) for m in record["mig_devices"]] == \
         [(ON_GPU1, 1, 2, 0)]
     assert record["class"] == "GPU_LOST" and record["cause"]["gpu"] == 1
-    assert any(e["kind"] == "xid" and e["code"] == 79 and e.get("gpu") == 1 for e in record["evidence"])
+    assert any(e["kind"] == "xid" and e["code"] == 79 and e.get("gpu") == 1 for e in record["evidence"]), json.dumps(record)
 
 
 def test_an_xid_on_another_parent_is_not_the_instances(node):
@@ -326,3 +326,16 @@ def test_an_xid_tagged_with_a_gpu_instance_counts_only_for_the_job_on_that_insta
     record = store.read_record(node["state"], "7", "gpu1")
     xids = [e for e in record["evidence"] if e["kind"] == "xid"]
     assert ([(e["code"], e.get("gpu")) for e in xids] == [(13, 1)]) == counted and (xids == []) != counted
+
+
+def test_without_a_baseline_a_mig_jobs_gres_indices_are_not_taken_for_gpus(node):
+    """No prolog ran (no baseline): SLURM_JOB_GPUS=4 indexes Slurm's MIG devices, not GPU 4, so the
+    epilog does not take it for GPU 4: the job's GPUs are unknown (every Xid of its time counts)."""
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "0:0")
+    epilog.main([])
+    record = store.read_record(node["state"], "7", "gpu1")
+    assert record["gpus"] is None and record["gres"] == [4] and record["baseline"] is False
+    node["env"].delenv("CUDA_VISIBLE_DEVICES")       # a job without MIG devices: GRES as before
+    epilog.main([])
+    assert store.read_record(node["state"], "7", "gpu1")["gpus"] == [4]
