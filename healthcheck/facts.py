@@ -33,7 +33,7 @@ NVML_READ_GROUPS = {
 # (a simulated GPU's ``not_supported`` takes the same names).
 NVML_UNSUPPORTED_NAMES = ("ecc", "remapped_rows", "retired_pages", "nvlink", "fabric", "power",
                           "temperature", "clock_event_reasons", "pcie", "processes", "recovery_action",
-                          "fabric_health")
+                          "fabric_health", "mig")
 
 # NVLink data-link error counters, named as in pynvml's NVML_NVLINK_ERROR_DL_* constants.
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
@@ -134,6 +134,13 @@ class GpuFacts:
     fabric_clique_id: Optional[int] = None       # the GPU's clique in it (0: none)
     fabric_health_summary: Optional[int] = None  # NVML_GPU_FABRIC_HEALTH_SUMMARY_* (fabric info v3, R570+)
     fabric_health_mask: Optional[int] = None     # NVML_GPU_FABRIC_HEALTH_MASK_* fields, packed
+    # -- MIG (read with the identity: the prolog maps a job's MIG devices to their parent GPU) --
+    mig_mode: Optional[int] = None               # current MIG mode, 1 enabled / 0 disabled (None: unknown)
+    # The GPU's MIG devices when MIG is on, as NVML enumerates them (None: not read or MIG off):
+    # each {"index", "uuid", "gpu_instance", "compute_instance", "parent_uuid"}; parent_uuid is
+    # what NVML says the MIG handle's parent is (nvmlDeviceGetDeviceHandleFromMigDeviceHandle),
+    # never parsed from the MIG UUID (R470+ MIG UUIDs are opaque: MIG-<uuid>).
+    mig_devices: Optional[List[Dict[str, Any]]] = None
 
     def subject(self) -> str:
         where = f" ({self.pci_bus_id})" if self.pci_bus_id else ""
@@ -220,6 +227,7 @@ class DcgmTestResult:
 @plain
 class DcgmFacts:
     # ok | not_installed | timeout | error (dcgmi failed or printed nothing we understand)
+    # | skipped (every GPU it would run on is in MIG mode: dcgmi diag does not run there)
     status: str = "ok"
     message: str = ""
     level: Optional[int] = None
@@ -227,6 +235,7 @@ class DcgmFacts:
     results: List[DcgmTestResult] = field(default_factory=list)
     exit_code: Optional[int] = None
     timeout_s: Optional[float] = None
+    skipped_gpus: List[int] = field(default_factory=list)   # GPUs in MIG mode, left out of the run
 
 
 @plain

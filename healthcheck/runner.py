@@ -168,12 +168,13 @@ def run_checks(config: Config, node: str, tier: str = DEFAULT_TIER, gpus: Option
         history_store, history, problem = _load_history(config, sources.state_dir, node)
         if problem:
             extra.append(problem)
-    dcgm = _run_dcgm(config, tier, job_gpus) if "dcgm" in wanted else None
     nvml = ib = None
     if nvml_child is not None:
         from .probes.nvml import nvml_facts
 
         nvml = nvml_facts(nvml_child)
+    # After NVML: a GPU in MIG mode is left out of dcgmi diag (checks/dcgm.py: diag_targets).
+    dcgm = _run_dcgm(config, tier, job_gpus, nvml) if "dcgm" in wanted else None
     if ib_child is not None:
         from .probes.ib_sysfs import ib_facts
 
@@ -261,11 +262,22 @@ def _commit_kernel_log(kernel, inp: CheckInput) -> Optional[Finding]:
     return None
 
 
-def _run_dcgm(config: Config, tier: str, gpus: Optional[frozenset]) -> DcgmFacts:
+def _run_dcgm(config: Config, tier: str, gpus: Optional[frozenset], nvml=None) -> DcgmFacts:
+    from .checks.dcgm import diag_targets, skip_message
     from .probes.dcgm_diag import probe_dcgm
 
     dcgm = config.typed(DcgmSettings)
-    return probe_dcgm(dcgm.dcgmi, dcgm.levels.get(tier, 1), dcgm.timeout_s, gpus)
+    level = dcgm.levels.get(tier, 1)
+    known = nvml.gpus if nvml is not None and nvml.status == "ok" else []
+    run_on, skipped = diag_targets(known, gpus)
+    if skipped and not run_on:
+        return DcgmFacts(status="skipped", level=level, timeout_s=dcgm.timeout_s, message=skip_message(skipped),
+                         skipped_gpus=skipped)
+    facts = probe_dcgm(dcgm.dcgmi, level, dcgm.timeout_s, run_on)
+    if skipped:
+        facts.skipped_gpus = skipped
+        facts.message = "; ".join(m for m in (facts.message, skip_message(skipped)) if m)
+    return facts
 
 
 def _run_perftest(config: Config, node: str, sources: NodeSources, ib):

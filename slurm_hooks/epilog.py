@@ -206,13 +206,16 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     from healthcheck.runner import BASELINE_READS, run_checks, start_probes
     from healthcheck.sources import node_sources
 
-    from .gpumap import parse_gpu_list
+    from .gpumap import mig_uuids, parse_gpu_list
 
     job_id = store.job_id_ok(env.get("SLURM_JOB_ID", ""))
     now = time.time()
     baseline = store.read_baseline(config.state_dir, job_id, node)
-    gres = parse_gpu_list(env.get("SLURM_JOB_GPUS"))
-    job_gpus: Optional[List[int]] = baseline.get("gpus") if baseline else gres
+    gres = None if mig_uuids(env.get("SLURM_JOB_GPUS")) else parse_gpu_list(env.get("SLURM_JOB_GPUS"))
+    # Without the prolog's baseline a MIG job's GRES indices say nothing of its GPUs (they index
+    # Slurm's list of MIG devices): its GPUs are unknown, and every Xid of the job's time counts.
+    mig_job = bool(mig_uuids(env.get("CUDA_VISIBLE_DEVICES"), env.get("SLURM_JOB_GPUS")))
+    job_gpus: Optional[List[int]] = baseline.get("gpus") if baseline else (None if mig_job else gres)
     # The probes' children start first; Slurm's view of the job is asked for while they run.
     sources = node_sources(config, node)
     probe_gpus = job_gpus if job_gpus is not None else []
@@ -258,6 +261,10 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     record = _record(config, job_id, node, result, fields, problem, env, now, started,
                      config.typed(RecordsSettings).accounting and speaks, gpus=job_gpus, gres=gres,
                      kernel_source=kernel["source"], context=CONTEXT_SLURMD, baseline=bool(baseline))
+    if baseline and baseline.get("mig_devices"):
+        # The MIG devices the job ran on, each with its parent GPU (the prolog's mapping): the
+        # GPU findings and Xids above are the parents', which every instance on them shares.
+        record["mig_devices"] = baseline["mig_devices"]
     if kernel.get("error"):
         record["kernel_error"] = kernel["error"]
         print(f"slurm-gpu-epilog: {node}: job {job_id}: kernel log unreadable, no Xid evidence: {kernel['error']}",

@@ -146,18 +146,28 @@ def kernel_evidence(config: Config, sources: Any, node: str, job_id: str, baseli
     except (KernelLogError, OSError, ValueError) as exc:
         return {"events": [], "source": "error", "error": str(exc)}
     gpus_facts = list(gpus_facts)
-    kept = [event_evidence(e) for e in events if _jobs_event(e, job_gpus, bool(gpus_facts))]
+    instances = (baseline or {}).get("mig_devices") or ()
+    kept = [event_evidence(e) for e in events if _jobs_event(e, job_gpus, bool(gpus_facts), instances)]
     return {"events": kept, "source": how}
 
 
-def _jobs_event(event: Any, job_gpus: Optional[Iterable[int]], mapped: bool) -> bool:
+def _jobs_event(event: Any, job_gpus: Optional[Iterable[int]], mapped: bool,
+                instances: Iterable[Dict[str, Any]] = ()) -> bool:
     """An event on one of the job's GPUs, or a node-wide one (an NVSwitch SXid). A GPU's Xid
-    whose address no GPU of this node has is not the job's -- unless nothing could be mapped."""
+    whose address no GPU of this node has is not the job's -- unless nothing could be mapped.
+
+    On MIG (``instances``: the baseline's mig_devices): an Xid on the parent GPU (no ``GPU-I``)
+    concerns every MIG instance on it, so it is the job's; one the kernel tagged with another
+    GPU instance of that parent belongs to the job on that instance, not to this one."""
     if job_gpus is None or event.kind == "sxid":
         return True
     if event.gpu is None:
         return not mapped
-    return event.gpu in set(job_gpus)
+    if event.gpu not in set(job_gpus):
+        return False
+    tagged = getattr(event, "gpu_instance", None)
+    mine = {m.get("gpu_instance") for m in instances if m.get("gpu") == event.gpu}
+    return tagged is None or not mine or None in mine or tagged in mine
 
 
 def _drop_consumer(state_dir: str, consumer: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 _DEVICE = re.compile(r"^nvidia([0-9]+)$")
 
@@ -87,3 +87,65 @@ def gres_to_nvml(gres: Iterable[int], devices: List[Tuple[str, int]],
 def devices_dir(template: str, node: str) -> str:
     """``[prolog] gpu_devices`` with ``{node}`` replaced (the lab keeps one directory per node)."""
     return template.replace("{node}", node)
+
+
+# -- MIG --------------------------------------------------------------------------------------------
+# With gres.conf MIG types (AutoDetect=nvml, or File= lists of /dev/nvidia-caps files), Slurm's GPU
+# list holds MIG devices: SLURM_JOB_GPUS indexes that list (no nvidiaN file of its own), and
+# CUDA_VISIBLE_DEVICES names the job's MIG devices by UUID. A MIG UUID is opaque from R470 on
+# (MIG-<uuid>; R450's MIG-GPU-<uuid>/<gi>/<ci> is matched whole, never taken apart): its parent
+# GPU is the one NVML says (the probe's mig_devices, from the MIG handle's parent handle).
+
+def mig_uuids(*texts: Optional[str]) -> List[str]:
+    """The MIG device UUIDs in comma-separated lists (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS), in order."""
+    found: List[str] = []
+    for text in texts:
+        for part in (text or "").split(","):
+            part = part.strip()
+            if part.startswith("MIG-") and part not in found:
+                found.append(part)
+    return found
+
+
+def mig_to_parents(uuids: Iterable[str], gpus: Iterable[Any]) -> Tuple[List[int], List[Dict[str, Any]], str]:
+    """The job's MIG devices -> their parent GPUs' NVML indices (pure: ``gpus`` are the NVML
+    probe's GpuFacts). Returns (parents, instances, how); each instance names its MIG device and
+    its GPU ({"uuid", "gpu", "gpu_uuid", "gpu_instance", "compute_instance"}).
+
+    A UUID no GPU lists is taken to be on the GPU(s) whose MIG devices NVML could not read (a
+    lost parent answers nothing about its instances: exactly the one to judge), "mig, unreadable";
+    when no GPU is unread, every GPU is judged ("mig, unknown ...")."""
+    gpus = list(gpus)
+    by_uuid = {g.uuid: g for g in gpus if g.uuid}
+    owner: Dict[str, Tuple[Any, Dict[str, Any]]] = {}
+    for gpu in gpus:
+        for device in gpu.mig_devices or ():
+            parent = by_uuid.get(device.get("parent_uuid")) or gpu
+            if device.get("uuid"):
+                owner[device["uuid"]] = (parent, device)
+    unread = [g.index for g in gpus if g.state != "ok" or (g.mig_mode == 1 and g.mig_devices is None)]
+    parents: List[int] = []
+    instances: List[Dict[str, Any]] = []
+    how = "mig"
+    for uuid in uuids:
+        if uuid in owner:
+            parent, device = owner[uuid]
+            instances.append({"uuid": uuid, "gpu": parent.index, "gpu_uuid": parent.uuid,
+                              "gpu_instance": device.get("gpu_instance"),
+                              "compute_instance": device.get("compute_instance")})
+            found = [parent.index]
+        elif unread:
+            instances.append({"uuid": uuid, "gpu": None, "gpu_uuid": None, "gpu_instance": None,
+                              "compute_instance": None})
+            found, how = unread, "mig, unreadable"
+        else:
+            instances.append({"uuid": uuid, "gpu": None, "gpu_uuid": None, "gpu_instance": None,
+                              "compute_instance": None})
+            found, how = [g.index for g in gpus], f"mig, unknown (no GPU has MIG device {uuid}: every GPU judged)"
+        parents.extend(i for i in found if i not in parents)
+    return parents, instances, how
+
+
+def has_mig(gpus: Iterable[Any]) -> bool:
+    """Whether NVML says a GPU of the node is in MIG mode."""
+    return any(g.mig_mode == 1 for g in gpus)

@@ -23,7 +23,7 @@ import sys
 import time
 TYPE_CHECKING = False       # typing.TYPE_CHECKING without importing typing (2 ms) before main
 if TYPE_CHECKING:
-    from typing import Any, Dict, Mapping, Optional, Sequence
+    from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 
 EXAMPLE = "SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-prolog   # what slurmd runs before job 42"
@@ -97,11 +97,13 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     from healthcheck.runner import BASELINE_READS, run_checks, start_probes
     from healthcheck.sources import node_sources
 
-    from .gpumap import device_minors, devices_dir, gres_to_nvml, parse_gpu_list
+    from .gpumap import device_minors, devices_dir, gres_to_nvml, has_mig, mig_to_parents, mig_uuids, parse_gpu_list
 
     job_id = store.job_id_ok(env.get("SLURM_JOB_ID", ""))
     now = time.time()
-    gres = parse_gpu_list(env.get("SLURM_JOB_GPUS"))
+    # The job's MIG devices by UUID (CUDA_VISIBLE_DEVICES on a node with MIG GRES types).
+    migs = mig_uuids(env.get("CUDA_VISIBLE_DEVICES"), env.get("SLURM_JOB_GPUS"))
+    gres = None if mig_uuids(env.get("SLURM_JOB_GPUS")) else parse_gpu_list(env.get("SLURM_JOB_GPUS"))
     sources = node_sources(config, node)
     # All GPUs are probed (the minor numbers that map the job's GPUs come from the same run);
     # only the job's GPUs and node-wide findings are judged. The probes' children start first:
@@ -119,8 +121,16 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     facts = report.facts
     nvml_gpus = list(facts.nvml.gpus) if facts.nvml is not None else []
     minors = {g.index: g.minor_number for g in nvml_gpus}
-    if gres is None:
+    instances: List[Dict[str, Any]] = []
+    if migs:
+        # A MIG device's health is its parent GPU's: the parents are the job's GPUs.
+        job_gpus, instances, how = mig_to_parents(migs, nvml_gpus)
+    elif gres is None:
         job_gpus, how = [], "no GPUs"
+    elif has_mig(nvml_gpus):
+        # GRES indices on a MIG node index Slurm's list of MIG devices, not the nvidiaN files:
+        # without the MIG devices' UUIDs, every GPU is judged (when in doubt, the job's are).
+        job_gpus, how = [g.index for g in nvml_gpus], "all GPUs (a MIG node; the job's MIG devices not named by UUID)"
     else:
         job_gpus, how = gres_to_nvml(gres, devices, minors)
     mine = set(job_gpus)
@@ -131,7 +141,7 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         print(f"slurm-gpu-prolog: {node}: {finding.check}: {finding.message}", file=sys.stderr)
 
     baseline = {
-        "started_at": now, "gres": gres, "gpus": job_gpus, "mapping": how,
+        "started_at": now, "gres": gres, "gpus": job_gpus, "mapping": how, "mig_devices": instances,
         # Every GPU's identity: the epilog maps each Xid line's PCI address to its GPU.
         "gpu_facts": [{"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
                        "minor_number": g.minor_number} for g in nvml_gpus],
@@ -142,6 +152,8 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     }
     result: Dict[str, Any] = {"result": "ok", "job_gpus": job_gpus, "mapping": how,
                               "duration_ms": report.duration_ms}
+    if instances:
+        result["job_mig_devices"] = instances
     if baseline["kernel_consumer"] is None:
         print(f"slurm-gpu-prolog: {node}: job {job_id}: kernel log unreadable ({sources.kernel_log}) or its "
               "cursor not saved: the epilog will judge this job's Xids by their time stamps", file=sys.stderr)

@@ -261,3 +261,28 @@ def test_a_required_fact_the_driver_lacks_fails(tmp_path, standin):
     code, report = check(tmp_path, standin["R470"], H100 + 'nvml_required = ["fabric"]\n')
     assert code == 2 and {(f["check"], f["status"]) for f in report["findings"]} == {("gpu.nvml", "fail")}
     assert len(report["findings"]) == 8
+
+
+@pytest.mark.parametrize("bindings", ["newest", "floor"])
+def test_mig_mode_is_read_through_the_real_pynvml_on_every_branch(standin, floor_pynvml, bindings):
+    """The MIG calls exist on every branch modelled (MIG came with R450): the stand-in's GPUs
+    answer MIG off, read without a missing function or an error on R470 and on R580 alike."""
+    pynvml_dir = floor_pynvml if bindings == "floor" else None
+    for branch in sorted(DRIVERS):
+        gpus = facts(standin[branch], pynvml_dir)["gpus"]
+        assert {(g["mig_mode"], g["mig_devices"], "mig" in g["unsupported"], "mig" in g["driver_missing"],
+                 "mig" in g["errors"]) for g in gpus} == {(0, None, False, False, False)}, branch
+
+
+@pytest.mark.parametrize("bindings", ["newest", "floor"])
+@pytest.mark.parametrize("branch", ["R470", "R570"])
+def test_mig_devices_and_their_parent_are_read_through_the_real_pynvml(standin, floor_pynvml, branch, bindings):
+    """pynvml's own ctypes wrappers against a library that serves MIG devices: the MIG handle,
+    its opaque UUID, its instance ids and the parent handle NVML gives back for it."""
+    pynvml_dir = floor_pynvml if bindings == "floor" else None
+    gpus = facts(standin[branch], pynvml_dir, mig="5:3")["gpus"]
+    assert [g["mig_mode"] for g in gpus] == [0, 0, 0, 0, 0, 1, 0, 0]
+    assert [(d["index"], d["uuid"], d["gpu_instance"], d["compute_instance"], d["parent_uuid"])
+            for d in gpus[5]["mig_devices"]] == \
+        [(slot, f"MIG-9c3e51b7-0005-5000-9000-{slot:012x}", slot + 1, 0, gpus[5]["uuid"]) for slot in range(3)]
+    assert all(g["errors"] == {} and "mig" not in g["unsupported"] for g in gpus)

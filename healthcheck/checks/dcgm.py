@@ -7,7 +7,7 @@ dcgmi's exit code (the JSON shows no failing test) fails the run.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..findings import Finding
 from .base import CheckInput
@@ -20,14 +20,31 @@ CONFIG_ERROR_IDS = {
 }
 
 
+def diag_targets(gpus: Iterable[Any], job_gpus: Optional[Iterable[int]]) -> Tuple[Optional[List[int]], List[int]]:
+    """Which GPUs ``dcgmi diag`` runs on (None: all, no ``-i``) and which it skips: a GPU in MIG
+    mode (NVML's mig_mode) is never diagnosed (DCGM's diagnostic does not run on MIG GPUs), it
+    is skipped and said, never a failure. ``gpus``: the NVML probe's GpuFacts."""
+    gpus = list(gpus)
+    mig = {g.index for g in gpus if g.mig_mode == 1}
+    if not mig:
+        return (None if job_gpus is None else sorted(job_gpus)), []
+    scope = sorted(g.index for g in gpus) if job_gpus is None else sorted(job_gpus)
+    return [i for i in scope if i not in mig], [i for i in scope if i in mig]
+
+
+def skip_message(skipped: List[int]) -> str:
+    return (f"dcgmi diag not run on GPU {', '.join(str(i) for i in skipped)}: MIG mode is on "
+            "(DCGM's diagnostic does not run on MIG GPUs)")
+
+
 def is_config_warning(result) -> bool:
     return bool(result.error_ids) and all(code in CONFIG_ERROR_IDS for code in result.error_ids)
 
 
 def dcgm_diag(inp: CheckInput) -> List[Finding]:
     facts = inp.dcgm
-    if facts is None or facts.status in ("not_installed", "timeout"):
-        return []      # optional tool; a timeout is probe.timeout's to report
+    if facts is None or facts.status in ("not_installed", "timeout", "skipped"):
+        return []      # optional tool; a timeout is probe.timeout's to report; MIG GPUs are not diagnosed
     if facts.status == "error":
         return [inp.finding("dcgm.diag", "error", facts.message or "dcgmi diag failed",
                             evidence={"level": facts.level, "exit_code": facts.exit_code})]

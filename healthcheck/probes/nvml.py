@@ -71,6 +71,7 @@ def assemble(records: List[Any], timed_out: bool, error: Optional[str], timeout_
             known = identities.get(index, {})
             gpu = GpuFacts(index=index, uuid=known.get("uuid"), pci_bus_id=known.get("pci_bus_id"),
                            name=known.get("name"), minor_number=known.get("minor_number"),
+                           mig_mode=known.get("mig_mode"), mig_devices=known.get("mig_devices"),
                            state="hang" if timed_out else "error",
                            error=None if timed_out else (error or "the probe ended before this GPU"))
         facts.gpus.append(gpu)
@@ -188,8 +189,11 @@ def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[E
         minor = read("identity", lambda: nvml.nvmlDeviceGetMinorNumber(handle))
         gpu.minor_number = None if minor is None else int(minor)
         if emit is not None:
-            emit(("identity", {"index": index, "uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id,
-                               "name": gpu.name, "minor_number": gpu.minor_number}))
+            emit(("identity", _identity(gpu)))
+        # MIG is read with the identity: it is what maps a job's MIG devices to their GPU.
+        _read_mig(nvml, pynvml, handle, gpu, read, first_exported)
+        if emit is not None and gpu.mig_mode:
+            emit(("identity", _identity(gpu)))
         if "ecc" in wanted:
             _read_ecc(nvml, pynvml, handle, gpu, read)
         if "remap" in wanted:
@@ -238,6 +242,56 @@ def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[E
     except _Lost:
         pass
     return gpu
+
+
+def _identity(gpu: GpuFacts) -> Dict[str, Any]:
+    """What is known of a GPU before its health is read (kept if the GPU stops answering)."""
+    return {"index": gpu.index, "uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id, "name": gpu.name,
+            "minor_number": gpu.minor_number, "mig_mode": gpu.mig_mode, "mig_devices": gpu.mig_devices}
+
+
+def _read_mig(nvml, pynvml, handle, gpu: GpuFacts, read, first_exported) -> None:
+    """MIG mode and, when it is on, each MIG device: its UUID, GPU instance and compute instance
+    ids, and its parent as NVML names it (the MIG handle's parent handle, then that GPU's UUID):
+    a MIG UUID is opaque from R470 on (MIG-<uuid>) and is never parsed. A GPU without MIG (V100,
+    L40S, ...) answers NOT_SUPPORTED, bindings without the call have no MIG: the fact is
+    unsupported, never a failure."""
+    mode = first_exported("mig", _calls(nvml, handle, "nvmlDeviceGetMigMode"))
+    if mode is None:
+        return
+    gpu.mig_mode = int(mode[0])
+    if gpu.mig_mode != 1:
+        return
+    top = read("mig", lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    if top is None:
+        return
+    devices: List[Dict[str, Any]] = []
+    for slot in range(int(top)):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except pynvml.NVMLError_GpuIsLost as exc:
+            gpu.state, gpu.error = "lost", _text(exc)
+            raise _Lost() from None
+        except pynvml.NVMLError as exc:
+            if getattr(exc, "value", None) not in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                gpu.errors.setdefault("mig", f"MIG device {slot}: {_text(exc)}")
+            continue     # no MIG device in this slot
+        if not read("mig", lambda: nvml.nvmlDeviceIsMigDeviceHandle(mig)):
+            gpu.errors.setdefault("mig", f"MIG device {slot}: NVML does not call its handle a MIG device's")
+            continue
+        parent = read("mig", lambda: nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig))
+        devices.append({
+            "index": slot,
+            "uuid": _str(read("mig", lambda: nvml.nvmlDeviceGetUUID(mig))),
+            "gpu_instance": _int(read("mig", lambda: nvml.nvmlDeviceGetGpuInstanceId(mig))),
+            "compute_instance": _int(read("mig", lambda: nvml.nvmlDeviceGetComputeInstanceId(mig))),
+            "parent_uuid": None if parent is None else _str(read("mig", lambda: nvml.nvmlDeviceGetUUID(parent))),
+        })
+    gpu.mig_devices = devices
+
+
+def _int(value: Any) -> Optional[int]:
+    return None if value is None else int(value)
 
 
 def _read_ecc(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:

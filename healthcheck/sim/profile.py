@@ -26,6 +26,12 @@ def _uuid_problem(value: str) -> Optional[str]:
     return None if _UUID.fullmatch(value) else f"{value!r} is not a UUID"
 
 
+def _mig_uuid_problem(value: str) -> Optional[str]:
+    if value.startswith("MIG-") and 4 < len(value) <= 95 and value.isascii() and value.isprintable():
+        return None
+    return f"{value!r} is not a MIG device UUID"
+
+
 def _driver_version_problem(value: str) -> Optional[str]:
     from ..driver_support import branch_of
 
@@ -82,6 +88,16 @@ GPU_SCHEMA: Dict[str, Any] = {
                "health_summary": Field(str, choices=tuple(FABRIC_HEALTH_SUMMARY_NAMES)),
                "health_mask": Field(int, minimum=0, maximum=2 ** 32 - 1)},
     "processes": Field(list, item={"pid": _INT0, "used_memory_mib": _INT0}),
+    # MIG: whether it is on and the MIG devices (one GPU instance + compute instance each) the
+    # driver serves; a MIG device's UUID is opaque (R470+: MIG-<uuid>; "": derived from the GPU's
+    # place and the device's). GPUs without MIG list "mig" in not_supported.
+    "mig": {"enabled": Field(bool),
+            "devices": Field(list, item={"uuid": Field(str, check=lambda v: _mig_uuid_problem(v) if v else None,
+                                                       doc="MIG-<uuid> or the pre-R470 MIG-GPU-<uuid>/<gi>/<ci>"),
+                                         "gpu_instance": Field(int, minimum=0, maximum=2 ** 32 - 2, required=True),
+                                         "compute_instance": Field(int, minimum=0, maximum=2 ** 32 - 2,
+                                                                   required=True),
+                                         "profile": Field(str)})},
     "not_supported": Field(list, item=Field(str, choices=NVML_UNSUPPORTED_NAMES)),
     # Where the GPU sits (rendered as sysfs PCI devices): its NUMA node (-1 unknown) and the
     # PCIe switch above it ("": directly under the root complex).
@@ -280,6 +296,9 @@ def _complete_gpu(base: Dict[str, Any], gpu: Dict[str, Any], index: int) -> Dict
     if out["minor_number"] < 0:
         # An absent GPU keeps its device file number: the ones after it keep theirs too.
         out["minor_number"] = index
+    mig = out["mig"]
+    mig["devices"] = [dict(device, profile=device.get("profile", ""), uuid=device.get("uuid") or f"MIG-5a1e0000-0000-4000-9000-{index:04x}{place:08x}")
+                      for place, device in enumerate(mig["devices"])]
     return out
 
 

@@ -131,6 +131,16 @@ class _Handle:
         self.gpu = gpu
 
 
+class _MigHandle(_Handle):
+    """A MIG device's handle: its parent GPU (what every call about it reaches first: a lost
+    parent answers GPU_IS_LOST for each of its MIG devices) and the device."""
+    __slots__ = ("device",)
+
+    def __init__(self, gpu: Dict[str, Any], device: Dict[str, Any]):
+        super().__init__(gpu)
+        self.device = device
+
+
 def _present() -> List[Dict[str, Any]]:
     if _profile is None:
         raise NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
@@ -219,7 +229,8 @@ def nvmlDeviceGetName(handle: _Handle) -> str:
 
 
 def nvmlDeviceGetUUID(handle: _Handle) -> str:
-    return _gpu(handle)["uuid"]
+    gpu = _gpu(handle)
+    return handle.device["uuid"] if isinstance(handle, _MigHandle) else gpu["uuid"]
 
 
 def nvmlDeviceGetIndex(handle: _Handle) -> int:
@@ -428,3 +439,67 @@ def _processes(handle: _Handle) -> List[nvmlFriendlyObject]:
         }))
     return procs
 
+
+
+# -- MIG -----------------------------------------------------------------------------------
+# The calls exist on every branch modelled (MIG came with R450); a GPU without MIG answers
+# NOT_SUPPORTED ("mig" in its not_supported), as a V100 or an L40S does.
+_MAX_MIG_DEVICES = 7
+
+
+def _parent(handle: _Handle) -> Dict[str, Any]:
+    if isinstance(handle, _MigHandle):
+        raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)   # a MIG device has no MIG of its own
+    return _gpu(handle, "mig")
+
+
+@_exports("nvmlDeviceGetMigMode")
+def nvmlDeviceGetMigMode(device: _Handle) -> List[int]:
+    enabled = int(bool(_parent(device)["mig"]["enabled"]))
+    return [enabled, enabled]
+
+
+@_exports("nvmlDeviceGetMaxMigDeviceCount")
+def nvmlDeviceGetMaxMigDeviceCount(device: _Handle) -> int:
+    _parent(device)
+    return _MAX_MIG_DEVICES
+
+
+@_exports("nvmlDeviceGetMigDeviceHandleByIndex")
+def nvmlDeviceGetMigDeviceHandleByIndex(device: _Handle, index: int) -> _MigHandle:
+    gpu = _parent(device)
+    if not gpu["mig"]["enabled"] or not 0 <= index < _MAX_MIG_DEVICES:
+        raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    devices = gpu["mig"]["devices"]
+    if index >= len(devices):
+        raise NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+    return _MigHandle(gpu, devices[index])
+
+
+@_exports("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice: _Handle) -> _Handle:
+    if not isinstance(migDevice, _MigHandle):
+        raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    _gpu(migDevice)
+    return _Handle(migDevice.gpu)
+
+
+@_exports("nvmlDeviceIsMigDeviceHandle")
+def nvmlDeviceIsMigDeviceHandle(device: _Handle) -> int:
+    return int(isinstance(device, _MigHandle))
+
+
+@_exports("nvmlDeviceGetGpuInstanceId")
+def nvmlDeviceGetGpuInstanceId(device: _Handle) -> int:
+    if not isinstance(device, _MigHandle):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    _gpu(device)
+    return int(device.device["gpu_instance"])
+
+
+@_exports("nvmlDeviceGetComputeInstanceId")
+def nvmlDeviceGetComputeInstanceId(device: _Handle) -> int:
+    if not isinstance(device, _MigHandle):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    _gpu(device)
+    return int(device.device["compute_instance"])

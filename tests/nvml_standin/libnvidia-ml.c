@@ -15,6 +15,9 @@
  *   SGH_STANDIN_FABRIC        "SUMMARY:MASK:CLIQUE": every GPU's fabric health summary and
  *                             mask (fabric info v3) and clique id; a non-zero clique also gives a
  *                             cluster UUID (a multi-node NVLink domain). Default "1:0:0" (no domain).
+ *   SGH_STANDIN_MIG           "INDEX:COUNT": GPU INDEX is in MIG mode with COUNT MIG devices (at most
+ *                             7; GPU instance ids 1.., compute instance 0, opaque MIG-<uuid> UUIDs);
+ *                             every other GPU has MIG off. Default: MIG off everywhere.
  * Structure versions: the build defines ACCEPTS_<function>_V<version> for the versions the
  * branch accepts (healthcheck/data/nvml-struct-versions.tsv); another version is answered
  * NVML_ERROR_ARGUMENT_VERSION_MISMATCH.
@@ -35,6 +38,7 @@ typedef struct standin_gpu *nvmlDevice_t;
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_ERROR_UNKNOWN 999
@@ -103,9 +107,15 @@ typedef struct {
 
 struct standin_gpu {
     unsigned int index;
+    int parent;                       /* -1: a GPU; else a MIG device of GPU <parent> */
+    unsigned int slot;                /* a MIG device's place on its parent */
 };
 
+#define MAX_MIG 7
 static struct standin_gpu gpus[MAX_GPUS];
+static struct standin_gpu migs[MAX_MIG];
+static int mig_gpu = -1;
+static unsigned int mig_count;
 static unsigned int gpu_count;
 static int initialised;
 static int pcie_no_bridge;
@@ -136,13 +146,31 @@ static void configure(void) {
         fabric_mask = 0;
         fabric_clique = 0;
     }
-    for (unsigned int i = 0; i < gpu_count; i++)
+    for (unsigned int i = 0; i < gpu_count; i++) {
         gpus[i].index = i;
+        gpus[i].parent = -1;
+    }
+    const char *mig = getenv("SGH_STANDIN_MIG");
+    mig_gpu = -1;
+    mig_count = 0;
+    if (!mig || sscanf(mig, "%d:%u", &mig_gpu, &mig_count) != 2 || mig_gpu < 0 || (unsigned int)mig_gpu >= gpu_count) {
+        mig_gpu = -1;
+        mig_count = 0;
+    }
+    if (mig_count > MAX_MIG)
+        mig_count = MAX_MIG;
+    for (unsigned int j = 0; j < mig_count; j++) {
+        migs[j].index = (unsigned int)mig_gpu;
+        migs[j].parent = mig_gpu;
+        migs[j].slot = j;
+    }
 }
 
 static nvmlReturn_t check(nvmlDevice_t device) {
     if (!initialised)
         return NVML_ERROR_UNINITIALIZED;
+    if (device != NULL && device >= migs && device < migs + mig_count)
+        return NVML_SUCCESS;          /* a MIG device's handle */
     if (device == NULL || device < gpus || device >= gpus + gpu_count)
         return NVML_ERROR_INVALID_ARGUMENT;
     return NVML_SUCCESS;
@@ -206,7 +234,10 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     DEVICE_CALL(device);
-    snprintf(uuid, length, "GPU-57a0d1e0-0000-4000-8000-%012x", device->index);
+    if (device->parent >= 0)          /* R470+: opaque, nothing in it names the parent */
+        snprintf(uuid, length, "MIG-9c3e51b7-%04x-5000-9000-%012x", device->parent, device->slot);
+    else
+        snprintf(uuid, length, "GPU-57a0d1e0-0000-4000-8000-%012x", device->index);
     return NVML_SUCCESS;
 }
 
@@ -421,5 +452,62 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
         }
 #endif
     }
+    return NVML_SUCCESS;
+}
+
+/* MIG (every branch modelled: MIG came with R450). MIG is off unless SGH_STANDIN_MIG names a GPU. */
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) {
+    DEVICE_CALL(device);
+    if (device->parent >= 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *currentMode = *pendingMode = (int)device->index == mig_gpu;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    DEVICE_CALL(device);
+    if (device->parent >= 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = MAX_MIG;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice) {
+    DEVICE_CALL(device);
+    if (device->parent >= 0 || (int)device->index != mig_gpu || index >= MAX_MIG)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (index >= mig_count)
+        return NVML_ERROR_NOT_FOUND;
+    *migDevice = &migs[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device) {
+    DEVICE_CALL(migDevice);
+    if (migDevice->parent < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;     /* not a MIG device's handle */
+    *device = &gpus[migDevice->parent];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
+    DEVICE_CALL(device);
+    *isMigDevice = device->parent >= 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    DEVICE_CALL(device);
+    if (device->parent < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *id = device->slot + 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    DEVICE_CALL(device);
+    if (device->parent < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *id = 0;
     return NVML_SUCCESS;
 }
