@@ -547,3 +547,27 @@ def test_only_a_recovery_action_that_maps_to_reboot_is_reboot_only():
                                           "recover_imex_domain", "unknown_(9)")] == [
         True, True, False, False, False, False, False]
     assert not reboot_only(ours("reboot", check="gpu.lost")) and not reboot_only(None)
+
+
+def test_a_gpu_resets_output_is_never_held_whole(tmp_path):
+    """Issue 34, 6: 200 MB printed by a reset command took the health check to 605 MB RSS (the
+    output was read whole). Read as a stream now: what the run holds stays small whatever the
+    command prints, and the line that says what went wrong is still found."""
+    import sys
+    import tracemalloc
+
+    from healthcheck.actions.gpu_reset import ResetError, run_reset
+
+    size = 32 << 20
+    chatty = [sys.executable, "-c", f"import sys; sys.stdout.buffer.write(b'x' * {size}); "
+              "sys.stdout.write('\\nUnable to reset GPU 00000000:1B:00.0\\n'); sys.exit(3)"]
+    tracemalloc.start()
+    try:
+        with pytest.raises(ResetError) as failed:
+            run_reset(chatty, 60)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "exit 3: Unable to reset GPU 00000000:1B:00.0" in str(failed.value)
+    assert peak < size // 8, peak
+    run_reset([sys.executable, "-c", f"import sys; sys.stdout.buffer.write(b'y' * {size})"], 60)   # exit 0: done
