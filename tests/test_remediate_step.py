@@ -571,3 +571,53 @@ def test_a_gpu_resets_output_is_never_held_whole(tmp_path):
     assert "exit 3: Unable to reset GPU 00000000:1B:00.0" in str(failed.value)
     assert peak < size // 8, peak
     run_reset([sys.executable, "-c", f"import sys; sys.stdout.buffer.write(b'y' * {size})"], 60)   # exit 0: done
+
+
+class _RefusedExtra(FakeBackend):
+    """A slurmctld that refuses the reboot count in Extra (an older Slurm, a site's policy)."""
+
+    def set_extra(self, name, text):
+        from healthcheck.slurm.backend import SlurmError
+
+        self._call("set_extra", name, text)
+        raise SlurmError("scontrol update: Invalid node field Extra")
+
+
+@pytest.mark.parametrize("extra_kept", [True, False], ids=["extra-kept", "extra-refused"])
+def test_a_ledger_that_cannot_be_written_stops_the_reboots_and_says_so_every_run(tmp_path, extra_kept):
+    """Issue 34, 4: with the ledger's path a directory, a lemon got 5 reboots with max_reboots = 2,
+    said once, then silently. The remediation cannot count, so it asks for no reboot (nor a GPU
+    reset), and every run says why in one note line."""
+    cluster = Cluster(tmp_path, names=("gpu1",), max_reboots=2)
+    if not extra_kept:
+        refusing = _RefusedExtra()
+        refusing.add_node("gpu1")
+        cluster.slurm = refusing
+    os.makedirs(os.path.join(ledgers.ledger_path(cluster.state_dir, "gpu1"), "in-the-way"))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost"), ("gpu.3.lost_every_boot", True)])
+    reboots = 0
+    for run in range(6):
+        result = cluster.run("gpu1")
+        remedy = result.remediation
+        if remedy is not None and remedy.decision.kind == "reboot" and remedy.applied.done:
+            reboots += 1
+            cluster.reboot("gpu1")
+        said = [note for note in result.notes if "ledger" in note]
+        assert len(said) == 1 and "\n" not in said[0], (run, result.notes)
+        assert "no reboot" in said[0] and ledgers.ledger_path(cluster.state_dir, "gpu1") in said[0]
+        assert remedy is not None and remedy.decision.rule == "remediate-uncounted"
+        assert result.to_json()["remediation"]["rule"] == "remediate-uncounted"
+    assert reboots == 0
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain"]        # nothing but the drain itself
+    assert cluster.slurm.node("gpu1").drained
+
+
+def test_a_ledger_that_cannot_be_written_never_lets_a_gpu_reset_run_each_time(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True)
+    os.makedirs(os.path.join(ledgers.ledger_path(cluster.state_dir, "gpu1"), "in-the-way"))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    for _ in range(3):
+        result = cluster.run("gpu1")
+        assert result.remediation.decision.rule == "remediate-uncounted"
+    assert cluster.sims["gpu1"].load()["gpu"][3]["state"] == "lost"      # never reset: it could not be counted
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain"]

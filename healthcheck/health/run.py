@@ -156,7 +156,7 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
             remedy = remediate(door, boot, started, programs_dir=sources.programs_dir, busy_gpus=_busy_gpus(report))
         result = HealthRun(node=node, report=report, decision=outcome.decision, applied=outcome.applied,
                            tally=counted, boot_id=boot, in_grace=in_grace, dry_run=dry_run, started=started,
-                           notes=outcome.notes + (remedy.notes if remedy else []), checks=list(config.tier(TIER)),
+                           notes=_notes(outcome.notes, remedy), checks=list(config.tier(TIER)),
                            remediation=remedy, slurm_reachable=outcome.info is not None or not outcome.asked,
                            drained_by_us=_drained_by_us(outcome, door.state.drained, policy))
         if not dry_run:
@@ -178,6 +178,20 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     result.remedy_totals = read_totals(sources.state_dir, node)
     result.duration_s = time.monotonic() - clock
     return result
+
+
+def _notes(judged: List[str], remedy) -> List[str]:
+    """The run's notes: the judgement's, then the remediation's. A remediation that stopped for
+    want of a ledger says so in one line, which stands for the judgement's own line about that
+    ledger (the drain's episode not noted): the admin is told once per run."""
+    if remedy is None:
+        return list(judged)
+    from ..actions.gate import LEDGER_NOT_SAVED
+    from ..remediate.step import UNCOUNTED_RULE
+
+    if remedy.decision.rule == UNCOUNTED_RULE:
+        judged = [line for line in judged if not line.startswith(LEDGER_NOT_SAVED)]
+    return list(judged) + list(remedy.notes)
 
 
 def _busy_gpus(report) -> Tuple[int, ...]:
