@@ -621,3 +621,132 @@ def test_a_ledger_that_cannot_be_written_never_lets_a_gpu_reset_run_each_time(tm
         assert result.remediation.decision.rule == "remediate-uncounted"
     assert cluster.sims["gpu1"].load()["gpu"][3]["state"] == "lost"      # never reset: it could not be counted
     assert [c[0] for c in cluster.slurm.writes()] == ["drain"]
+
+
+class _SlowSlurm(FakeBackend):
+    """A slurmctld that takes ``delay_s`` to answer each call."""
+
+    delay_s = 0.0
+
+    def _call(self, *call):
+        time.sleep(self.delay_s)
+        super()._call(*call)
+
+
+def _hanging_reset(cluster, name="gpu1") -> None:
+    """A reset command that does not answer (a GPU that fell off the bus may not)."""
+    path = os.path.join(cluster.sims[name].programs_dir, "hang-reset")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("#!/bin/sh\nexec sleep 60\n")
+    os.chmod(path, 0o755)
+
+
+def _real_reboot(cluster, name="gpu1") -> None:
+    """The node rebooted (not through scontrol reboot): Slurm keeps our drain, BootTime moves."""
+    cluster.sims[name].reboot()
+    known = cluster.slurm._known(name)
+    known.boot_epoch = max(time.time(), (known.reason_epoch or 0.0) + 1.0)
+
+
+def _run_within(cluster, deadline_s: float, name="gpu1"):
+    """A run as the hook skeleton runs it: under the whole-run watchdog; the children killed when
+    it fires. Returns (the run or None, where the watchdog fired or None)."""
+    from healthcheck.hooklib.watchdog import Watchdog, kill_children, whole_run
+
+    try:
+        with whole_run(deadline_s):
+            return cluster.run(name), None
+    except Watchdog as fired:
+        kill_children()
+        return None, fired.where or "fired"
+
+
+def test_a_reset_that_does_not_answer_is_bounded_by_the_time_left_in_the_run(tmp_path):
+    """Issue 34, 3: a reset that does not answer ([remediate] gpu_reset_timeout_s = 20) and a slow
+    slurmctld: the run's deadline struck during the reset, after the drain and before anything
+    was saved. Every command of the run (the reset, each scontrol) now gets at most the time the
+    run has left, less what it needs to save what it did: the run ends by itself, the drain
+    recorded, the reset counted, the reboot taken in the same run or the next."""
+    from healthcheck.actions.state import load_kept
+
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True, gpu_reset_command=["hang-reset", "{gpu}"],
+                      gpu_reset_timeout_s=20)
+    slow = _SlowSlurm()
+    slow.add_node("gpu1")
+    slow.delay_s = 0.05
+    cluster.slurm = slow
+    _hanging_reset(cluster)
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    result, fired = _run_within(cluster, 4.0)
+    assert fired is None, f"the watchdog struck at {fired}"
+    assert result.decision.kind == "drain" and result.applied.done
+    assert any(note.startswith("remediation: GPU reset not done") and "did not finish within" in note and "the time left in the run" in note
+               for note in result.notes), result.notes
+    assert load_kept(cluster.state_dir, "gpu1")[0].drained is not None          # the drain recorded
+    assert ledgers.load(cluster.state_dir, "gpu1").asked is not None            # the reset counted
+
+
+def test_a_reset_that_does_not_answer_leaves_the_record_and_the_node_comes_back_after_the_reboot(tmp_path):
+    """Issue 34, 3, the finding's scenario with the default deadline's shape: the hanging reset
+    ends within the run, the reboot follows in the same run, the record is kept, and after the
+    reboot the healthy node is back in service by itself."""
+    from healthcheck.actions.state import load_kept
+
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True, gpu_reset_command=["hang-reset", "{gpu}"])
+    _hanging_reset(cluster)
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    result, fired = _run_within(cluster, 3.0)
+    assert fired is None, f"the watchdog struck at {fired}"
+    assert (result.remediation.decision.kind, result.remediation.applied.done) == ("reboot", True)
+    record = load_kept(cluster.state_dir, "gpu1")[0].drained
+    assert record is not None and record.cause == "gpu.lost gpu3"
+    cluster.reboot("gpu1")
+    back = cluster.run("gpu1")
+    assert (back.decision.kind, back.applied.done) == ("resume", True), back.decision
+    assert not cluster.slurm.node("gpu1").drained
+
+
+def test_a_drain_of_ours_with_no_record_is_found_again_from_slurm_after_a_real_reboot(tmp_path):
+    """Issue 34, 3, as the finding saw it: the record of our drain lost (a run killed between the
+    drain and its record, before this release), then the node really rebooted, healthy. Slurm
+    says the drain is ours (our reason) and that the node booted since (BootTime after the
+    reason's time): the node is resumed, nobody acting (gate.booted_since_reason)."""
+    from healthcheck.actions import state as node_state
+
+    cluster = Cluster(tmp_path, names=("gpu1",), **{"enabled": False})
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    assert cluster.run("gpu1").decision.kind == "drain"
+    kept_state, _ = node_state.load_kept(cluster.state_dir, "gpu1")
+    kept_state.drained = None                                     # the record lost
+    node_state.save(cluster.state_dir, "gpu1", kept_state)
+    _real_reboot(cluster)                                          # what clears a lost GPU
+    back = cluster.run("gpu1")
+    assert (back.decision.kind, back.decision.rule, back.applied.done) == ("resume", "resume", True)
+    assert not cluster.slurm.node("gpu1").drained
+
+
+def test_the_drain_record_is_saved_before_the_remediation_acts(tmp_path, monkeypatch):
+    """Whatever the remediation then does, the run's judgement (our drain and its record) is on
+    disk first: a watchdog striking in the remediation (here, in scontrol reboot) loses no drain."""
+    from healthcheck.actions.state import load_kept
+    from healthcheck.hooklib.watchdog import Watchdog
+
+    cluster = Cluster(tmp_path, names=("gpu1",))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+
+    def struck(name, reason):
+        raise Watchdog("cli_backend.py:1 in run")
+
+    monkeypatch.setattr(cluster.slurm, "reboot", struck)
+    with pytest.raises(Watchdog):
+        cluster.run("gpu1")
+    record = load_kept(cluster.state_dir, "gpu1")[0].drained
+    assert record is not None and record.cause == "gpu.lost gpu3" and record.resume_mode == "after_reboot"
+    monkeypatch.undo()
+    again = cluster.run("gpu1")                       # the next run goes on with the record
+    assert again.decision.rule == "drained-same-cause" and again.remediation is not None
+    assert again.remediation.decision.kind == "reboot" and again.remediation.applied.done
+    # The reboot whose scontrol call the watchdog cut counted too: one too many at worst, never one
+    # too few (a count written down before the act).
+    [entry] = ledgers.load(cluster.state_dir, "gpu1").entries.values()
+    assert len(entry.reboots) == 2

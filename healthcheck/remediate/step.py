@@ -99,7 +99,12 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
         # a turn is claimed; a reboot not asked after all (not our turn, Slurm refused) is taken
         # back from the count below.
         undo = ledger.to_json()
+        before = ledger.asked
         ledger.note_reboot(sign, record.cause, boot_id, now)
+        # In flight only once Slurm took it (below): a run killed while scontrol reboot ran has
+        # counted the reboot (one too many at worst) and the next run asks again unless Slurm
+        # shows it, instead of waiting in this boot for a reboot that may never come.
+        ledger.asked = before
         problem = _written(door, ledger)
         if problem is not None:
             return uncounted(door, info, path, problem)
@@ -123,7 +128,9 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
         _keep(door, info.extra, "remediate-keep-undo", "no reboot after all: the count kept goes back")
     elif outcome.applied.done and outcome.decision.kind == "drain":
         ledger.note_inspect(sign, record.cause, now)
-    if undo is not None and not asked or outcome.applied.done and outcome.decision.kind == "drain":
+    if asked:
+        ledger.asked = ledgers.Asked("reboot", sign, boot_id, now)
+    if undo is not None or outcome.applied.done and outcome.decision.kind == "drain":
         problem = _written(door, ledger)
         if problem is not None:
             outcome.notes.append(f"remediation: the ledger {path} not saved "
