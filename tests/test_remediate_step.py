@@ -588,6 +588,8 @@ def test_a_ledger_that_cannot_be_written_stops_the_reboots_and_says_so_every_run
     """Issue 34, 4: with the ledger's path a directory, a lemon got 5 reboots with max_reboots = 2,
     said once, then silently. The remediation cannot count, so it asks for no reboot (nor a GPU
     reset), and every run says why in one note line."""
+    from healthcheck.health.outputs import log_line
+
     cluster = Cluster(tmp_path, names=("gpu1",), max_reboots=2)
     if not extra_kept:
         refusing = _RefusedExtra()
@@ -607,6 +609,7 @@ def test_a_ledger_that_cannot_be_written_stops_the_reboots_and_says_so_every_run
         assert "no reboot" in said[0] and ledgers.ledger_path(cluster.state_dir, "gpu1") in said[0]
         assert remedy is not None and remedy.decision.rule == "remediate-uncounted"
         assert result.to_json()["remediation"]["rule"] == "remediate-uncounted"
+        assert said[0] in log_line(result)                           # syslog and stderr, every run
     assert reboots == 0
     assert [c[0] for c in cluster.slurm.writes()] == ["drain"]        # nothing but the drain itself
     assert cluster.slurm.node("gpu1").drained
@@ -624,12 +627,22 @@ def test_a_ledger_that_cannot_be_written_never_lets_a_gpu_reset_run_each_time(tm
 
 
 class _SlowSlurm(FakeBackend):
-    """A slurmctld that takes ``delay_s`` to answer each call."""
+    """A slurmctld that takes ``delay_s`` to answer each call: each call waits in a command run as
+    CliBackend runs scontrol (``programs.run`` under ``[slurm] timeout_s``, a CommandError becoming
+    a SlurmError), so the run's deadline cuts it as it cuts scontrol."""
 
     delay_s = 0.0
+    timeout_s = 15.0
 
     def _call(self, *call):
-        time.sleep(self.delay_s)
+        from healthcheck.safeio import programs
+        from healthcheck.slurm.backend import SlurmError
+
+        try:
+            programs.run(["sleep", str(self.delay_s)], self.timeout_s)
+        except programs.CommandError as exc:
+            self.calls.append(call)
+            raise SlurmError(str(exc)) from None
         super()._call(*call)
 
 
