@@ -99,3 +99,25 @@ def test_describe_names_the_program_not_its_directory():
 def test_describe_keeps_an_error_on_one_short_line():
     text = programs.describe(["python", "-c", "import os\n" + "x = 1\n" * 50])
     assert "\n" not in text and len(text) < 100
+
+
+def test_inside_a_runs_watchdog_no_command_outlasts_the_time_the_run_has_left():
+    """Issue 34, 3: a command's own timeout (a GPU reset's 20 s, scontrol's) is cut to what the
+    whole run has left, less its reserve, so the command fails as its own one-line error and the
+    watchdog does not strike in it; outside a run nothing is cut."""
+    from healthcheck.hooklib.watchdog import Watchdog, whole_run
+    from healthcheck.safeio import run_deadline
+
+    try:
+        with whole_run(3.0):
+            assert run_deadline.within(20.0) <= 3.0 - 3.0 / 5
+            with pytest.raises(programs.CommandError) as cut:
+                programs.run(["sleep", "30"], 20.0)
+            with pytest.raises(programs.CommandError) as streamed:
+                programs.stream(["sleep", "30"], 20.0, lambda chunk: None)
+    except Watchdog as fired:                                   # pragma: no cover - the failure
+        pytest.fail(f"the watchdog struck in the command: {fired.where}")
+    assert cut.value.timed_out and "(the time left in the run)" in str(cut.value)
+    assert streamed.value.timed_out and "(the time left in the run)" in str(streamed.value)
+    assert run_deadline.within(20.0) == 20.0                    # the run is over: nothing cut
+    assert programs.run(["true"], 5).returncode == 0

@@ -620,3 +620,219 @@ def test_the_reboot_goes_ahead_once_records_wait_s_is_spent(tmp_path):
     cluster.slurm.accounting = slurmdbd_down
     cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
     assert cluster.run("gpu1").remediation.decision.kind == "reboot"
+
+
+def test_a_gpu_resets_output_is_never_held_whole(tmp_path):
+    """Issue 34, 6: 200 MB printed by a reset command took the health check to 605 MB RSS (the
+    output was read whole). Read as a stream now: what the run holds stays small whatever the
+    command prints, and the line that says what went wrong is still found."""
+    import sys
+    import tracemalloc
+
+    from healthcheck.actions.gpu_reset import ResetError, run_reset
+
+    size = 32 << 20
+    chatty = [sys.executable, "-c", f"import sys; sys.stdout.buffer.write(b'x' * {size}); "
+              "sys.stdout.write('\\nUnable to reset GPU 00000000:1B:00.0\\n'); sys.exit(3)"]
+    tracemalloc.start()
+    try:
+        with pytest.raises(ResetError) as failed:
+            run_reset(chatty, 60)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "exit 3: Unable to reset GPU 00000000:1B:00.0" in str(failed.value)
+    assert peak < size // 8, peak
+    run_reset([sys.executable, "-c", f"import sys; sys.stdout.buffer.write(b'y' * {size})"], 60)   # exit 0: done
+
+
+class _RefusedExtra(FakeBackend):
+    """A slurmctld that refuses the reboot count in Extra (an older Slurm, a site's policy)."""
+
+    def set_extra(self, name, text):
+        from healthcheck.slurm.backend import SlurmError
+
+        self._call("set_extra", name, text)
+        raise SlurmError("scontrol update: Invalid node field Extra")
+
+
+@pytest.mark.parametrize("extra_kept", [True, False], ids=["extra-kept", "extra-refused"])
+def test_a_ledger_that_cannot_be_written_stops_the_reboots_and_says_so_every_run(tmp_path, extra_kept):
+    """Issue 34, 4: with the ledger's path a directory, a lemon got 5 reboots with max_reboots = 2,
+    said once, then silently. The remediation cannot count, so it asks for no reboot (nor a GPU
+    reset), and every run says why in one note line."""
+    from healthcheck.health.outputs import log_line
+
+    cluster = Cluster(tmp_path, names=("gpu1",), max_reboots=2)
+    if not extra_kept:
+        refusing = _RefusedExtra()
+        refusing.add_node("gpu1")
+        cluster.slurm = refusing
+    os.makedirs(os.path.join(ledgers.ledger_path(cluster.state_dir, "gpu1"), "in-the-way"))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost"), ("gpu.3.lost_every_boot", True)])
+    reboots = 0
+    for run in range(6):
+        result = cluster.run("gpu1")
+        remedy = result.remediation
+        if remedy is not None and remedy.decision.kind == "reboot" and remedy.applied.done:
+            reboots += 1
+            cluster.reboot("gpu1")
+        said = [note for note in result.notes if "ledger" in note]
+        assert len(said) == 1 and "\n" not in said[0], (run, result.notes)
+        assert "no reboot" in said[0] and ledgers.ledger_path(cluster.state_dir, "gpu1") in said[0]
+        assert remedy is not None and remedy.decision.rule == "remediate-uncounted"
+        assert result.to_json()["remediation"]["rule"] == "remediate-uncounted"
+        assert said[0] in log_line(result)                           # syslog and stderr, every run
+    assert reboots == 0
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain"]        # nothing but the drain itself
+    assert cluster.slurm.node("gpu1").drained
+
+
+def test_a_ledger_that_cannot_be_written_never_lets_a_gpu_reset_run_each_time(tmp_path):
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True)
+    os.makedirs(os.path.join(ledgers.ledger_path(cluster.state_dir, "gpu1"), "in-the-way"))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    for _ in range(3):
+        result = cluster.run("gpu1")
+        assert result.remediation.decision.rule == "remediate-uncounted"
+    assert cluster.sims["gpu1"].load()["gpu"][3]["state"] == "lost"      # never reset: it could not be counted
+    assert [c[0] for c in cluster.slurm.writes()] == ["drain"]
+
+
+class _SlowSlurm(FakeBackend):
+    """A slurmctld that takes ``delay_s`` to answer each call: each call waits in a command run as
+    CliBackend runs scontrol (``programs.run`` under ``[slurm] timeout_s``, a CommandError becoming
+    a SlurmError), so the run's deadline cuts it as it cuts scontrol."""
+
+    delay_s = 0.0
+    timeout_s = 15.0
+
+    def _call(self, *call):
+        from healthcheck.safeio import programs
+        from healthcheck.slurm.backend import SlurmError
+
+        try:
+            programs.run(["sleep", str(self.delay_s)], self.timeout_s)
+        except programs.CommandError as exc:
+            self.calls.append(call)
+            raise SlurmError(str(exc)) from None
+        super()._call(*call)
+
+
+def _hanging_reset(cluster, name="gpu1") -> None:
+    """A reset command that does not answer (a GPU that fell off the bus may not)."""
+    path = os.path.join(cluster.sims[name].programs_dir, "hang-reset")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("#!/bin/sh\nexec sleep 60\n")
+    os.chmod(path, 0o755)
+
+
+def _real_reboot(cluster, name="gpu1") -> None:
+    """The node rebooted (not through scontrol reboot): Slurm keeps our drain, BootTime moves."""
+    cluster.sims[name].reboot()
+    known = cluster.slurm._known(name)
+    known.boot_epoch = max(time.time(), (known.reason_epoch or 0.0) + 1.0)
+
+
+def _run_within(cluster, deadline_s: float, name="gpu1"):
+    """A run as the hook skeleton runs it: under the whole-run watchdog; the children killed when
+    it fires. Returns (the run or None, where the watchdog fired or None)."""
+    from healthcheck.hooklib.watchdog import Watchdog, kill_children, whole_run
+
+    try:
+        with whole_run(deadline_s):
+            return cluster.run(name), None
+    except Watchdog as fired:
+        kill_children()
+        return None, fired.where or "fired"
+
+
+def test_a_reset_that_does_not_answer_is_bounded_by_the_time_left_in_the_run(tmp_path):
+    """Issue 34, 3: a reset that does not answer ([remediate] gpu_reset_timeout_s = 20) and a slow
+    slurmctld: the run's deadline struck during the reset, after the drain and before anything
+    was saved. Every command of the run (the reset, each scontrol) now gets at most the time the
+    run has left, less what it needs to save what it did: the run ends by itself, the drain
+    recorded, the reset counted, the reboot taken in the same run or the next."""
+    from healthcheck.actions.state import load_kept
+
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True, gpu_reset_command=["hang-reset", "{gpu}"],
+                      gpu_reset_timeout_s=20)
+    slow = _SlowSlurm()
+    slow.add_node("gpu1")
+    slow.delay_s = 0.05
+    cluster.slurm = slow
+    _hanging_reset(cluster)
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    result, fired = _run_within(cluster, 4.0)
+    assert fired is None, f"the watchdog struck at {fired}"
+    assert result.decision.kind == "drain" and result.applied.done
+    assert any(note.startswith("remediation: GPU reset not done") and "did not finish within" in note and "the time left in the run" in note
+               for note in result.notes), result.notes
+    assert load_kept(cluster.state_dir, "gpu1")[0].drained is not None          # the drain recorded
+    assert ledgers.load(cluster.state_dir, "gpu1").asked is not None            # the reset counted
+
+
+def test_a_reset_that_does_not_answer_leaves_the_record_and_the_node_comes_back_after_the_reboot(tmp_path):
+    """Issue 34, 3, the finding's scenario with the default deadline's shape: the hanging reset
+    ends within the run, the reboot follows in the same run, the record is kept, and after the
+    reboot the healthy node is back in service by itself."""
+    from healthcheck.actions.state import load_kept
+
+    cluster = Cluster(tmp_path, names=("gpu1",), gpu_reset=True, gpu_reset_command=["hang-reset", "{gpu}"])
+    _hanging_reset(cluster)
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    result, fired = _run_within(cluster, 3.0)
+    assert fired is None, f"the watchdog struck at {fired}"
+    assert (result.remediation.decision.kind, result.remediation.applied.done) == ("reboot", True)
+    record = load_kept(cluster.state_dir, "gpu1")[0].drained
+    assert record is not None and record.cause == "gpu.lost gpu3"
+    cluster.reboot("gpu1")
+    back = cluster.run("gpu1")
+    assert (back.decision.kind, back.applied.done) == ("resume", True), back.decision
+    assert not cluster.slurm.node("gpu1").drained
+
+
+def test_a_drain_of_ours_with_no_record_is_found_again_from_slurm_after_a_real_reboot(tmp_path):
+    """Issue 34, 3, as the finding saw it: the record of our drain lost (a run killed between the
+    drain and its record, before this release), then the node really rebooted, healthy. Slurm
+    says the drain is ours (our reason) and that the node booted since (BootTime after the
+    reason's time): the node is resumed, nobody acting (gate.booted_since_reason)."""
+    from healthcheck.actions import state as node_state
+
+    cluster = Cluster(tmp_path, names=("gpu1",), **{"enabled": False})
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+    assert cluster.run("gpu1").decision.kind == "drain"
+    kept_state, _ = node_state.load_kept(cluster.state_dir, "gpu1")
+    kept_state.drained = None                                     # the record lost
+    node_state.save(cluster.state_dir, "gpu1", kept_state)
+    _real_reboot(cluster)                                          # what clears a lost GPU
+    back = cluster.run("gpu1")
+    assert (back.decision.kind, back.decision.rule, back.applied.done) == ("resume", "resume", True)
+    assert not cluster.slurm.node("gpu1").drained
+
+
+def test_the_drain_record_is_saved_before_the_remediation_acts(tmp_path, monkeypatch):
+    """Whatever the remediation then does, the run's judgement (our drain and its record) is on
+    disk first: a watchdog striking in the remediation (here, in scontrol reboot) loses no drain."""
+    from healthcheck.actions.state import load_kept
+    from healthcheck.hooklib.watchdog import Watchdog
+
+    cluster = Cluster(tmp_path, names=("gpu1",))
+    cluster.sims["gpu1"].inject([("gpu.3.state", "lost")])
+
+    def struck(name, reason):
+        raise Watchdog("cli_backend.py:1 in run")
+
+    monkeypatch.setattr(cluster.slurm, "reboot", struck)
+    with pytest.raises(Watchdog):
+        cluster.run("gpu1")
+    record = load_kept(cluster.state_dir, "gpu1")[0].drained
+    assert record is not None and record.cause == "gpu.lost gpu3" and record.resume_mode == "after_reboot"
+    monkeypatch.undo()
+    again = cluster.run("gpu1")                       # the next run goes on with the record
+    assert again.decision.rule == "drained-same-cause" and again.remediation is not None
+    assert again.remediation.decision.kind == "reboot" and again.remediation.applied.done
+    # The reboot whose scontrol call the watchdog cut counted too: one too many at worst, never one
+    # too few (a count written down before the act).
+    [entry] = ledgers.load(cluster.state_dir, "gpu1").entries.values()
+    assert len(entry.reboots) == 2

@@ -17,7 +17,7 @@ from healthcheck.config.settings import WatchSettings
 from healthcheck.kernellog.scanner import CHUNK
 from healthcheck.plain import replace
 from healthcheck.watch import service
-from healthcheck.watch.trigger import AfterBoot, DutyCycle, Seen, Trigger, wants_check
+from healthcheck.watch.trigger import AFTER_BOOT_EVERY_MIN_S, AfterBoot, DutyCycle, Seen, Trigger, after_boot_every, wants_check
 
 # Syslog lines written now (a line from before the running kernel booted never drains on its own).
 NOW = time.strftime("%b %e %H:%M:%S")
@@ -117,12 +117,12 @@ class Node:
     def config(self) -> Config:
         return Config.load(str(self.config_path), {})
 
-    def watcher(self, **settings) -> service.Watcher:
+    def watcher(self, clock=None, **settings) -> service.Watcher:
         config = self.config()
         values = replace(WatchSettings.from_config(config), **settings)
         env = service.child_environment("gpu7", str(self.config_path), {"PATH": "/usr/bin", "HOME": "/root"})
         return service.Watcher(config, "gpu7", str(self.log), str(self.state), [str(self.program)], env, values,
-                               boot_id_path=str(self.boot))
+                               boot_id_path=str(self.boot), **({"clock": clock} if clock else {}))
 
     def append(self, *lines: str) -> None:
         with open(self.log, "a", encoding="utf-8") as handle:
@@ -327,7 +327,8 @@ def test_a_boot_is_followed_only_when_a_drain_of_ours_waits_for_it(tmp_path, dra
 
 def test_the_watcher_runs_the_health_check_after_a_reboot_until_it_has_judged_the_node(tmp_path):
     node = Node(tmp_path)
-    watcher = node.watcher(min_interval_s=0.0)
+    now = [1000.0]
+    watcher = node.watcher(min_interval_s=0.0, clock=lambda: now[0])
     watcher.run(service.FileWake(str(node.log)), once=True)         # boot-1, nothing waits
     assert node.runs() == [] and not watcher.after_boot.active
     _drained_in(node, "boot-1")
@@ -336,6 +337,7 @@ def test_the_watcher_runs_the_health_check_after_a_reboot_until_it_has_judged_th
     watcher.run(service.FileWake(str(node.log)), once=True)
     assert len(node.runs()) == 1 and watcher.after_boot.active
     _last_result(node, "slurm-busy")                                 # Slurm still shows the reboot
+    now[0] += AFTER_BOOT_EVERY_MIN_S
     watcher.run(service.FileWake(str(node.log)), once=True)
     assert len(node.runs()) == 2 and watcher.after_boot.active
     _last_result(node, "resume")                                     # judged: back in service
@@ -374,3 +376,33 @@ def test_an_idle_watcher_with_a_doorbell_sleeps_until_its_next_duty_not_every_po
     idle = [timeout for timeout in wake.waits if timeout > 0]
     assert idle and max(idle) == (service.IDLE_S if doorbell else 0.5), wake.waits
     assert service.IDLE_S >= 1.0
+
+
+def test_min_interval_0_with_after_boot_cannot_storm_while_slurm_shows_the_reboot(tmp_path):
+    """Issue 34, 5: [watch] min_interval_s = 0 (allowed) with after_boot_s made 84 health checks,
+    one scontrol each, in 30 s while Slurm still showed the reboot. The runs after a boot are
+    now at least AFTER_BOOT_EVERY_MIN_S apart; the key is still accepted, the watcher says so."""
+    node = Node(tmp_path, extra="[watch]\nmin_interval_s = 0\nafter_boot_s = 600\n")
+    settings = WatchSettings.from_config(node.config())
+    assert settings.min_interval_s == 0.0
+    now = [1000.0]
+    watcher = node.watcher(clock=lambda: now[0])
+    _drained_in(node, "boot-0")
+    for _ in range(60):                                    # 30 s of the loop, half a second a turn
+        watcher.run(service.FileWake(str(node.log)), once=True)
+        _last_result(node, "slurm-busy")                   # every run: Slurm still shows the reboot
+        now[0] += 0.5
+    assert 1 <= len(node.runs()) <= 30 / AFTER_BOOT_EVERY_MIN_S + 1
+    assert watcher.after_boot.active                       # still following the boot
+    note = service.after_boot_note(settings)
+    assert note is not None and "min_interval_s = 0" in note and "\n" not in note
+    (tmp_path / "defaults").mkdir()
+    assert service.after_boot_note(WatchSettings.from_config(Node(tmp_path / "defaults").config())) is None
+
+
+def test_after_boot_runs_are_paced_by_its_own_floor():
+    follow = AfterBoot(600, after_boot_every(0))
+    follow.begin(100.0, 5000.0)
+    asked = [t for t in range(100, 130) if follow.wants_run(float(t), (5001.0, "slurm-busy"))]
+    assert asked == [100, 105, 110, 115, 120, 125]
+    assert after_boot_every(30) == 30

@@ -46,6 +46,8 @@ from .decision import GAVE_UP_KEY, Decision, Policy, decide
 SLURM_UNREACHABLE = "slurm-unreachable-fault"
 # The drain budget refused a new drain, or undid one a concurrent drain put beyond it.
 BUDGET_RULE = "drain-budget"
+# The line that says a drain's episode could not be noted in the remediation ledger.
+LEDGER_NOT_SAVED = "remediation ledger not saved"
 # Rules after which the drain record is forgotten: the node is someone else's now.
 FOREIGN_RULES = ("foreign-reason", "foreign-out-of-service")
 
@@ -334,7 +336,7 @@ class Session:
                     if outcome.request.intent == "resume" and outcome.applied.done:
                         ledger.forget(ledgers.signature_of(before))     # an admin looked: the count starts again
         except (OSError, ValueError) as exc:
-            outcome.notes.append(f"remediation ledger not saved: {getattr(exc, 'strerror', None) or exc}")
+            outcome.notes.append(f"{LEDGER_NOT_SAVED}: {getattr(exc, 'strerror', None) or exc}")
 
     def _forget_kept(self, outcome: Outcome, before) -> None:
         """An admin's resume: the reboot count kept in Slurm for the drain's signature goes too

@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Tuple
 from ..safeio import programs
 
 PLACEHOLDER = "{gpu}"
+TAIL_KEEP = 8192           # of a reset's stdout: its last line says what went wrong
 
 
 class ResetError(Exception):
@@ -50,10 +51,20 @@ def resolved(argv: Sequence[str], programs_dir: Optional[str] = None) -> Optiona
 
 
 def run_reset(argv: Sequence[str], timeout_s: float) -> None:
-    """The edge: run the reset; ``ResetError`` (one line) unless it exited 0."""
+    """The edge: run the reset; ``ResetError`` (one line) unless it exited 0. Its output is read
+    as every program's that may print without end (``programs.stream``): nothing held whole, only
+    the last ``TAIL_KEEP`` bytes of stdout (and ``programs.STDERR_KEEP`` of stderr) for the line
+    that says what went wrong."""
+    tail = bytearray()
+
+    def keep(chunk: bytes) -> None:
+        tail.extend(chunk[-TAIL_KEEP:])
+        del tail[:-TAIL_KEEP]
+
     try:
-        done = programs.run(list(argv), timeout_s)
+        code, errors = programs.stream(list(argv), timeout_s, keep)
     except programs.CommandError as exc:
         raise ResetError(str(exc)) from None
-    if done.returncode != 0:
-        raise ResetError(f"{programs.describe(argv)}: exit {done.returncode}: {done.last_line()}")
+    if code != 0:
+        done = programs.Completed(list(argv), code, tail.decode("utf-8", "replace"), errors.decode("utf-8", "replace"))
+        raise ResetError(f"{programs.describe(argv)}: exit {code}: {done.last_line()}")

@@ -201,6 +201,14 @@ def save(state_dir: str, node: str, ledger: Ledger) -> None:
 
 
 @contextlib.contextmanager
+def held(state_dir: str, node: str) -> Iterator[Ledger]:
+    """The node's ledger, read under its lock; the holder saves it (``save``) when it must, before
+    it acts on what it counted (the remediation: a reboot is written down before it is asked)."""
+    with locked(lock_path(state_dir, node)):
+        yield load(state_dir, node)
+
+
+@contextlib.contextmanager
 def changing(state_dir: str, node: str) -> Iterator[Ledger]:
     """The node's ledger, read under its lock and saved (atomically, fsync'd) when the block
     ends without an exception."""

@@ -153,17 +153,19 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
         if not dry_run and door.state.drained is not None and config.typed(RemediatePolicy).enabled:
             from ..remediate.step import remediate      # only then: a quiet run loads none of it
 
+            # The judgement saved before the remediation acts (a GPU reset, Slurm's reboot: the
+            # run's longest steps): a watchdog striking there loses no drain of ours.
+            problem = door.save(_state_after(outcome, door, counted, previous, boot, runs_in_boot))
+            if problem:
+                raise OSError(problem)
             remedy = remediate(door, boot, started, programs_dir=sources.programs_dir, busy_gpus=_busy_gpus(report))
         result = HealthRun(node=node, report=report, decision=outcome.decision, applied=outcome.applied,
                            tally=counted, boot_id=boot, in_grace=in_grace, dry_run=dry_run, started=started,
-                           notes=outcome.notes + (remedy.notes if remedy else []), checks=list(config.tier(TIER)),
+                           notes=_notes(outcome.notes, remedy), checks=list(config.tier(TIER)),
                            remediation=remedy, slurm_reachable=outcome.info is not None or not outcome.asked,
                            drained_by_us=_drained_by_us(outcome, door.state.drained, policy))
         if not dry_run:
-            result.state = node_state.NodeState(
-                boot_id=boot, runs_in_boot=runs_in_boot, failing=counted.failing, xid_boots=counted.xid_boots,
-                drained=door.state.drained, budget_blocks=previous.budget_blocks + (1 if outcome.budget_blocked else 0),
-                settled_boot=boot if gate.settles(outcome) and (outcome.asked or previous.settled_boot == boot) else "")
+            result.state = _state_after(outcome, door, counted, previous, boot, runs_in_boot)
             problem = door.save(result.state)
             if problem:
                 raise OSError(problem)
@@ -178,6 +180,30 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     result.remedy_totals = read_totals(sources.state_dir, node)
     result.duration_s = time.monotonic() - clock
     return result
+
+
+def _state_after(outcome, door, counted: Tally, previous, boot: str, runs_in_boot: int) -> "node_state.NodeState":
+    """The health state this run leaves: its tally, the drain record as the gate keeps it."""
+    from ..actions import gate
+
+    return node_state.NodeState(
+        boot_id=boot, runs_in_boot=runs_in_boot, failing=counted.failing, xid_boots=counted.xid_boots,
+        drained=door.state.drained, budget_blocks=previous.budget_blocks + (1 if outcome.budget_blocked else 0),
+        settled_boot=boot if gate.settles(outcome) and (outcome.asked or previous.settled_boot == boot) else "")
+
+
+def _notes(judged: List[str], remedy) -> List[str]:
+    """The run's notes: the judgement's, then the remediation's. A remediation that stopped for
+    want of a ledger says so in one line, which stands for the judgement's own line about that
+    ledger (the drain's episode not noted): the admin is told once per run."""
+    if remedy is None:
+        return list(judged)
+    from ..actions.gate import LEDGER_NOT_SAVED
+    from ..remediate.step import UNCOUNTED_RULE
+
+    if remedy.decision.rule == UNCOUNTED_RULE:
+        judged = [line for line in judged if not line.startswith(LEDGER_NOT_SAVED)]
+    return list(judged) + list(remedy.notes)
 
 
 def _busy_gpus(report) -> Tuple[int, ...]:

@@ -18,6 +18,11 @@ import os
 import signal
 from typing import Dict, Iterator, Set
 
+# The time a run keeps for itself after its last command (its state saved, what it read
+# committed, its outputs): a fifth of its deadline, at most this. Every command of the run is cut
+# to the time left less this (``safeio/run_deadline.py``).
+RESERVE_S = 5.0
+
 _progress: Dict[str, str] = {}
 _detached: Set[int] = set()
 
@@ -36,15 +41,25 @@ class Watchdog(BaseException):
 @contextlib.contextmanager
 def whole_run(deadline_s: float) -> Iterator[None]:
     """Raise ``Watchdog`` in the body once ``deadline_s`` seconds have passed; forgets the
-    progress of any earlier run in this process."""
+    progress of any earlier run in this process. Meanwhile no command the run starts
+    (``safeio.programs``: scontrol, the GPU reset) is given more than the time left, less
+    ``RESERVE_S`` (or a fifth of the deadline) for the run to save what it did
+    (``safeio/run_deadline.py``). A probe's child, which runs before anything is applied, keeps
+    its own deadline: the watchdog striking there loses nothing."""
+    import time
+
+    from ..safeio import run_deadline
+
     _progress.clear()
     previous = signal.signal(signal.SIGALRM, _on_alarm)
+    run_deadline.set_deadline(time.monotonic() + deadline_s, min(RESERVE_S, deadline_s / 5))
     signal.setitimer(signal.ITIMER_REAL, deadline_s)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        run_deadline.set_deadline(None)
 
 
 def _on_alarm(signum, frame) -> None:

@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..actions import budget
 from ..actions.decision import Decision
-from ..actions.gate import SLURM_UNREACHABLE, Outcome, Request, Session, apply
+from ..actions.gate import SLURM_UNREACHABLE, Applied, Outcome, Request, Session, apply
 from ..actions import kept, ledger as ledgers
 from ..actions.gpu_reset import reset_argv, reset_target, resolved
 from ..config.settings import RemediatePolicy
@@ -19,6 +19,9 @@ from ..plain import replace
 from ..slurm.backend import NodeInfo, SlurmError, drain_argv, extra_argv, reboot_argv
 from .plan import (CLAIM_KEY, CLAIM_VALUE, INSPECT_KEY, Situation, Step, inspect_reason, next_step,
                    reason_with, reboot_turn, rebooting, within)
+
+# The remediation asked nothing because it cannot count (``uncounted``).
+UNCOUNTED_RULE = "remediate-uncounted"
 
 
 def remediate(door: Session, boot_id: str, now: Optional[float] = None, programs_dir: Optional[str] = None,
@@ -31,16 +34,39 @@ def remediate(door: Session, boot_id: str, now: Optional[float] = None, programs
         return None
     now = time.time() if now is None else now
     try:
-        with ledgers.changing(door.state_dir, door.node) as ledger:
+        with ledgers.held(door.state_dir, door.node) as ledger:
             return _remediate(door, rpolicy, ledger, boot_id, now, programs_dir, busy_gpus)
     except (OSError, ValueError) as exc:
-        door.notes.append(f"remediation skipped: ledger not usable ({getattr(exc, 'strerror', None) or exc})")
-        return None
+        return uncounted(door, None, ledgers.ledger_path(door.state_dir, door.node), exc)
+
+
+def uncounted(door: Session, info: Optional[NodeInfo], path: str, exc: BaseException) -> Outcome:
+    """The remediation stopped because it cannot count (the ledger cannot be read or written:
+    its path a directory, a full or read-only disk): nothing is asked (no reboot, no GPU reset),
+    and the run's notes say so in one line, every run, until it can. A count that cannot be
+    written down before the act would let a lemon be rebooted for ever."""
+    why = f"the remediation ledger {path} cannot be used ({getattr(exc, 'strerror', None) or exc})"
+    ours = parse_reason(info.reason, door.policy.reason_prefix) if info is not None and info.reason else None
+    decision = Decision("none", door.node, UNCOUNTED_RULE, f"{why}: it cannot count, so it asks nothing",
+                        reason=(info.reason or None) if info is not None else None, cause=ours)
+    return Outcome(Request("remediate", door.node, "healthcheck"), decision, Applied(decision, None, done=False),
+                   info, notes=[f"remediation stopped: {why}; no reboot and no GPU reset until it can count "
+                                "(fix or remove that path)"], asked=info is not None)
+
+
+def _written(door: Session, ledger) -> Optional[BaseException]:
+    """The ledger saved (atomically, fsync'd); the error when it could not be."""
+    try:
+        ledgers.save(door.state_dir, door.node, ledger)
+    except (OSError, ValueError) as exc:
+        return exc
+    return None
 
 
 def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, now: float,
                programs_dir: Optional[str], busy_gpus: Sequence[int]) -> Optional[Outcome]:
     record = door.state.drained
+    path = ledgers.ledger_path(door.state_dir, door.node)
     try:
         info = door.backend.node(door.node)
     except SlurmError as exc:
@@ -56,6 +82,9 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
         target = reset_target(record.evidence or (), subject)
         command = resolved(reset_argv(rpolicy.gpu_reset_command, target), programs_dir) if target else None
         ledger.note_reset(sign, record.cause, boot_id, now)     # tried once per boot, counted either way
+        problem = _written(door, ledger)                        # written down before it runs
+        if problem is not None:
+            return uncounted(door, info, path, problem)
         reset = _submit(door, situation, step, boot_id, now, command, rpolicy.gpu_reset_timeout_s)
         if reset.applied.done:
             return reset
@@ -70,6 +99,21 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
             said.append(said_records)
         situation = replace(situation, undelivered=left, drained_for_s=max(0.0, now - record.at))
         step = next_step(situation, rpolicy)
+    undo = None
+    if step.kind == "reboot":
+        # Counted before it is asked: a ledger that cannot be written stops the loop here, before
+        # a turn is claimed; a reboot not asked after all (not our turn, Slurm refused) is taken
+        # back from the count below.
+        undo = ledger.to_json()
+        before = ledger.asked
+        ledger.note_reboot(sign, record.cause, boot_id, now)
+        # In flight only once Slurm took it (below): a run killed while scontrol reboot ran has
+        # counted the reboot (one too many at worst) and the next run asks again unless Slurm
+        # shows it, instead of waiting in this boot for a reboot that may never come.
+        ledger.asked = before
+        problem = _written(door, ledger)
+        if problem is not None:
+            return uncounted(door, info, path, problem)
     if step.kind == "reboot" and rpolicy.max_rebooting_nodes > 0:
         try:
             situation = replace(situation, rebooting_elsewhere=len(rebooting(door.backend.nodes(), door.node)))
@@ -83,12 +127,20 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
     outcome.notes[:0] = said
     if kept is not None:
         outcome.notes.append(kept)
-    if outcome.applied.done and outcome.decision.kind == "reboot":
-        ledger.note_reboot(sign, record.cause, boot_id, now)
-    elif step.kind == "reboot" and kept is None:
+    asked = outcome.applied.done and outcome.decision.kind == "reboot"
+    if undo is not None and not asked:
+        ledger = ledgers.Ledger.from_json(undo)             # no reboot after all: not counted
+    if step.kind == "reboot" and not asked and kept is None:
         _keep(door, info.extra, "remediate-keep-undo", "no reboot after all: the count kept goes back")
     elif outcome.applied.done and outcome.decision.kind == "drain":
         ledger.note_inspect(sign, record.cause, now)
+    if asked:
+        ledger.asked = ledgers.Asked("reboot", sign, boot_id, now)
+    if undo is not None or outcome.applied.done and outcome.decision.kind == "drain":
+        problem = _written(door, ledger)
+        if problem is not None:
+            outcome.notes.append(f"remediation: the ledger {path} not saved "
+                                 f"({getattr(problem, 'strerror', None) or problem})")
     return outcome
 
 

@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 from ..plain import plain
+from . import run_deadline
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 KILL_WAIT_S = 0.5          # after SIGKILL to the group, how long to wait for the child to be reaped
@@ -21,6 +22,12 @@ ARG_SHOWN = 60             # an error shows at most this much of each argument
 STDERR_KEEP = 8192         # stderr is for a one-line error; never hold more of it
 # Where a program named without a directory is looked for, after PATH (a hook's PATH is slurmd's).
 SEARCH_PATH = "/usr/bin:/usr/local/bin:/usr/sbin:/usr/local/sbin"
+
+
+def _within(timeout_s: float) -> Tuple[float, str]:
+    """The command's time limit and how an error says it was cut short."""
+    limit = run_deadline.within(timeout_s)
+    return limit, (" (the time left in the run)" if limit < timeout_s else "")
 
 
 class CommandError(Exception):
@@ -86,13 +93,14 @@ def run(argv: Sequence[str], timeout_s: float, *, env: Optional[Mapping[str, str
         cwd: Optional[str] = None, input: Optional[str] = None) -> Completed:
     """Run ``argv`` to completion within ``timeout_s``; its exit status is the caller's to judge.
     Raises CommandError (``timed_out`` set) when it could not start or ran past the deadline."""
+    timeout_s, cut = _within(timeout_s)
     proc = _start(argv, env, cwd, input is not None)
     try:
         out, err = proc.communicate(input=input.encode() if input is not None else None, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         _close(proc)
-        raise CommandError(f"{describe(argv)}: no answer within {timeout_s:g} s", timed_out=True) from None
+        raise CommandError(f"{describe(argv)}: no answer within {timeout_s:g} s{cut}", timed_out=True) from None
     return Completed(list(argv), proc.returncode, out.decode("utf-8", "replace"),
                      err.decode("utf-8", "replace"))
 
@@ -102,6 +110,7 @@ def stream(argv: Sequence[str], timeout_s: float, on_stdout: Callable[[bytes], N
     """Run ``argv``, handing its stdout to ``on_stdout`` chunk by chunk (nothing is held in
     memory); returns (exit status, the first STDERR_KEEP bytes of stderr). The deadline covers
     the whole run; past it the process group is killed and CommandError raised."""
+    timeout_s, cut = _within(timeout_s)
     proc = _start(argv, env, None, False)
     deadline = time.monotonic() + timeout_s
     errors = bytearray()
@@ -113,7 +122,7 @@ def stream(argv: Sequence[str], timeout_s: float, on_stdout: Callable[[bytes], N
             while open_streams:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise CommandError(f"{describe(argv, 0)} did not finish within {timeout_s:g} s", timed_out=True)
+                    raise CommandError(f"{describe(argv, 0)} did not finish within {timeout_s:g} s{cut}", timed_out=True)
                 for key, _ in selector.select(remaining):
                     chunk = os.read(key.fileobj.fileno(), READ_CHUNK)
                     if not chunk:
@@ -126,7 +135,7 @@ def stream(argv: Sequence[str], timeout_s: float, on_stdout: Callable[[bytes], N
         try:
             returncode = proc.wait(max(0.05, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            raise CommandError(f"{describe(argv, 0)} did not exit within {timeout_s:g} s", timed_out=True) from None
+            raise CommandError(f"{describe(argv, 0)} did not exit within {timeout_s:g} s{cut}", timed_out=True) from None
     finally:
         if proc.poll() is None:
             _kill_group(proc)

@@ -28,7 +28,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..config.settings import WatchSettings
-from .trigger import AfterBoot, DutyCycle, Seen, Trigger, wants_check
+from .trigger import AFTER_BOOT_EVERY_MIN_S, AfterBoot, DutyCycle, Seen, Trigger, after_boot_every, wants_check
 
 from . import PROG, say
 READER = "watch"                 # the cursor's reader: <node>.watch
@@ -162,7 +162,7 @@ class Watcher:
         self._boot: Optional[str] = None
         self._last_error: Optional[str] = None
         self._more = True               # the last read stopped early, or none yet: read again
-        self.after_boot = AfterBoot(settings.after_boot_s)
+        self.after_boot = AfterBoot(settings.after_boot_s, after_boot_every(settings.min_interval_s))
         self._boot_looked = -BOOT_LOOK_S            # when the boot id was last read (monotonic)
 
     # one look at the log ------------------------------------------------------------------
@@ -307,6 +307,16 @@ class Watcher:
 
 
 # -- the command ------------------------------------------------------------------------------------
+def after_boot_note(settings: WatchSettings) -> Optional[str]:
+    """The line said at start when ``[watch] min_interval_s`` is below the floor of the runs
+    after a boot (``trigger.AFTER_BOOT_EVERY_MIN_S``): the key keeps its meaning for the runs an
+    Xid starts, and the runs after a boot are clamped."""
+    if settings.after_boot_s <= 0 or settings.min_interval_s >= AFTER_BOOT_EVERY_MIN_S:
+        return None
+    return (f"[watch] min_interval_s = {settings.min_interval_s:g} with after_boot_s = {settings.after_boot_s:g}: "
+            f"the health checks after a boot run {AFTER_BOOT_EVERY_MIN_S:g} s apart (each asks slurmctld)")
+
+
 def default_program() -> List[str]:
     """``slurm-gpu-healthcheck`` beside this command (or this Python), as slurm.conf names it."""
     for folder in (os.path.dirname(os.path.abspath(sys.argv[0])), os.path.dirname(os.path.abspath(sys.executable))):
@@ -389,6 +399,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         atomic_write(args.pidfile, f"{os.getpid()}\n", mode=0o644)
     say(f"{node}: following {sources.kernel_log}; the health check is {program[0]}")
+    clamped = after_boot_note(settings)
+    if clamped:
+        say(f"{node}: {clamped}")
     try:
         return watcher.run(wake, once=args.once)
     finally:

@@ -114,6 +114,17 @@ class Seen:
 # The health check's judgements that say Slurm had not taken the node back yet: Slurm still
 # shows the reboot (the node has not registered), or could not be asked.
 NOT_JUDGED_YET = ("slurm-busy", "slurm-unreachable-healthy", "slurm-unreachable-fault")
+# The runs after a boot are at least this far apart, whatever [watch] min_interval_s says (0 is
+# allowed, for a run at once on each new Xid): each asks slurmctld about the node, and while Slurm
+# still shows the reboot every run is "not judged yet" (issue 34: min_interval_s = 0 made 84
+# health checks, one scontrol each, in 30 s). Five seconds is min_interval_s's default.
+AFTER_BOOT_EVERY_MIN_S = 5.0
+
+
+def after_boot_every(min_interval_s: float) -> float:
+    """How far apart the runs after a boot are: ``[watch] min_interval_s``, at least
+    ``AFTER_BOOT_EVERY_MIN_S``."""
+    return max(AFTER_BOOT_EVERY_MIN_S, float(min_interval_s))
 
 
 class AfterBoot:
@@ -125,18 +136,22 @@ class AfterBoot:
 
     Pure: the watcher says when a boot began with such a drain (``begin``) and hands in the
     health check's last result (its time and rule); ``wants_run`` says whether to ask for
-    another run (the trigger keeps them ``min_interval_s`` apart). Ends at the first run judged
+    another run, at most one per ``every_s`` (``after_boot_every``: ``min_interval_s``, never
+    below ``AFTER_BOOT_EVERY_MIN_S``). Ends at the first run judged
     after the boot began, or ``limit_s`` after it (Slurm's ResumeTimeout sets a node that never
     registers DOWN: Slurm's then)."""
 
-    def __init__(self, limit_s: float):
+    def __init__(self, limit_s: float, every_s: float = 0.0):
         self.limit_s = max(0.0, float(limit_s))
+        self.every_s = max(0.0, float(every_s))     # the runs it asks for, at least this far apart
         self.until: Optional[float] = None      # monotonic; None: not following a boot
         self.since: float = 0.0                  # wall clock of the boot's start as seen here
+        self.asked: Optional[float] = None      # monotonic: when it last asked for a run
+        self.runs = 0                            # runs asked for since the boot began
 
     def begin(self, now: float, wall: float) -> None:
         if self.limit_s > 0:
-            self.until, self.since = now + self.limit_s, wall
+            self.until, self.since, self.asked, self.runs = now + self.limit_s, wall, None, 0
 
     @property
     def active(self) -> bool:
@@ -150,4 +165,8 @@ class AfterBoot:
         if judged or now >= self.until:
             self.until = None
             return False
+        if self.asked is not None and now - self.asked < self.every_s:
+            return False
+        self.asked = now
+        self.runs += 1
         return True
