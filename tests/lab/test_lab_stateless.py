@@ -40,6 +40,17 @@ def lab_log_lines(lab) -> list:
         return handle.read().splitlines()
 
 
+def last_notes(state_dir: str, node: str) -> str:
+    import json
+
+    try:
+        with open(os.path.join(state_dir, "health", f"{node}.last.json"), encoding="utf-8") as handle:
+            last = json.load(handle)
+    except (OSError, ValueError):
+        return ""
+    return f"{last.get('rule')}: {last.get('notes')} {json.dumps(last.get('remediation'))}"
+
+
 def set_extra(lab, node: str, text: str) -> None:
     done = lab.run("scontrol", "update", f"nodename={node}", f"extra={text}")
     assert done.returncode == 0, done.stderr
@@ -91,3 +102,60 @@ def test_a_gpu_lost_once_on_a_stateless_node_is_back_in_service_by_itself(statel
                                                   and not info.has(*REBOOTING))(slurm.node("gpu2")), timeout=120)
         # The new boot's health state holds no drain: it learnt from Slurm, not from a file.
         assert node_state.load(remediating.state_dir, "gpu2").drained is None
+
+
+def test_records_queued_while_slurmdbd_is_down_reach_accounting_though_the_node_is_rebooted(stateless):
+    """20 jobs end on gpu2 with slurmdbd stopped: their records wait in gpu2's outbox, which a
+    stateless reboot would empty. A fault after the jobs: remediation does not reboot while the
+    records are not in accounting (wait-records); slurmdbd back, they are delivered, then the
+    reboot comes, and every job's AdminComment holds gpu2's entry with its class."""
+    import json
+
+    from slurm_hooks.lab import daemons
+
+    from .test_lab_job_classes import admin_comment, submit, wait_ended
+    from healthcheck.records import admin_comment as ac
+
+    lab, slurm = stateless, backend(stateless)
+    with Remediating(lab) as remediating:
+        # Every node writes its own entry (an ordinary job's is otherwise the controller side's alone).
+        with open(lab.paths.hooks_config, "w", encoding="utf-8") as handle:
+            assert remediating.text.count("[records]\n") == 1
+            handle.write(remediating.text.replace("[records]\n", '[records]\nnode_entries = "always"\n'))
+        dbd = daemons.by_name(lab.paths, "slurmdbd")
+        before, first_boot = boot_time(lab, "gpu2"), boot_epoch(lab, "gpu2")
+        try:
+            assert daemons.stop(lab.paths, [dbd], lambda line: None) == ["slurmdbd"]
+            jobs = {submit(lab, "-w", "gpu2", "--gres=gpu:1", "--wrap", "true" if n % 2 else "exit 3"):
+                    "COMPLETED" if n % 2 else "FAILED" for n in range(20)}
+            for job in jobs:
+                wait_ended(lab, job)
+            result = slurm_gpu("sim", "inject", "gpu2", "gpu.3.state=lost", env=lab.env)
+            assert result.returncode == 0, result.stderr
+            wait_for("gpu2 drained by us", lambda: slurm.node("gpu2").reason.startswith(PREFIX + "gpu.lost gpu3"),
+                     timeout=60)
+
+            def waits_for_records():
+                last = os.path.join(remediating.state_dir, "health", "gpu2.last.json")
+                try:
+                    with open(last, encoding="utf-8") as handle:
+                        return "remediate-records-first" in json.dumps(json.load(handle))
+                except (OSError, ValueError):
+                    return False
+            wait_for("remediation waiting for the records (wait-records)", waits_for_records, timeout=60)
+            assert distinct_boots([first_boot, boot_epoch(lab, "gpu2")]) == 1     # no reboot while they wait
+        finally:
+            # slurmdbd alone (`lab up` would write the lab's hooks config again, [remediate] off)
+            daemons.start(lab.paths, dbd, lambda line: None)
+        seen = []
+
+        def rebooted():
+            seen.append(last_notes(remediating.state_dir, "gpu2"))
+            return distinct_boots([first_boot, boot_epoch(lab, "gpu2")]) == 2
+        try:
+            wait_for("gpu2 rebooted once its records were in accounting", rebooted, timeout=300, every=2)
+        except pytest.fail.Exception as exc:
+            pytest.fail(f"{exc}; the health check said: {seen[-3:]}", pytrace=False)
+        for job, cls in jobs.items():
+            entries = [e for e in ac.parse(admin_comment(lab, job)) if e.get("node") == "gpu2"]
+            assert [e["class"] for e in entries] == [cls], (job, admin_comment(lab, job))
