@@ -79,6 +79,12 @@ def drain_or_refuse(config, backend, node: str, findings: List[Finding], events:
     for line in outcome.notes:
         print(f"slurm-gpu: {node}: {line}", file=sys.stderr)
     decision = outcome.decision
+    if outcome.applied.error and "no answer within" in outcome.applied.error:
+        # Cut by the run's time left while scontrol ran: Slurm may have taken the drain (the next
+        # run finds it and records it: gate.adopted); the job is refused either way.
+        print(f"slurm-gpu: {node}: drain asked, Slurm did not answer ({decision.rule}): {outcome.applied.error}; "
+              f"it may have taken: {decision.reason}", file=sys.stderr)
+        return None, decision.rule
     if outcome.applied.error or decision.kind in ("blocked", "leave-alone"):
         print(f"slurm-gpu: {node}: not drained ({decision.rule}): {outcome.applied.error or decision.why}; "
               f"wanted: {decision.reason}", file=sys.stderr)
