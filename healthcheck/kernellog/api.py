@@ -24,8 +24,8 @@ from ..xid.catalog import XidCatalog
 from .cursor import StateStore
 from ..xid.events import XidEvent
 from .flood import CLOCK_SLACK_S, FloodTracker, group_key
-from .parser import (NEEDLES, Companion, LostIntro, LostTail, lost_gpu_event, message_start, parse_line_split,
-                     prefix_is_kernel, record_stamp, whole_driver_line)
+from .parser import (NEEDLES, SAME_AS_BEFORE, Companion, LostIntro, LostTail, lost_gpu_event, message_start,
+                     parse_line_split, prefix_is_kernel, record_stamp, whole_driver_line)
 from ..xid.pci import GpuMap
 from .scanner import LineScanner, ScanStats
 from .readers import KernelLogError
@@ -152,8 +152,9 @@ class _Collector:
 
     def _continued(self, line: bytes) -> bool:
         """A later line of a multi-line record where the syslog interface repeats the record's
-        prefix on each line (/proc/kmsg, rsyslog's imklog keeping the kernel's stamp): the line
-        before has the same stamp and was not itself a whole driver line of the same burst."""
+        prefix on each line (/proc/kmsg, `dmesg -S` in every time format, rsyslog's imklog keeping
+        the kernel's stamp): the line before has the same stamp (or the line says its delta from
+        the line before is zero) and was not itself a whole driver line of the same burst."""
         scanner = self.current
         if scanner is None:
             return False
@@ -162,6 +163,8 @@ class _Collector:
         self._stamped = (scanner.line_start, stamp)
         if stamp is None or scanner.previous_head is None:
             return False
+        if stamp == SAME_AS_BEFORE:                          # dmesg's delta of zero from the line before
+            return scanner.previous_start != self._whole_start
         if before_start != scanner.previous_start:          # the line before was no candidate
             before = record_stamp(scanner.previous_head)
         return before == stamp and scanner.previous_start != self._whole_start
