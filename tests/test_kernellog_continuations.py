@@ -10,6 +10,7 @@ time stamps included, are still events.
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 
@@ -221,3 +222,41 @@ def test_the_journal_source_reads_no_forged_xid_and_the_genuine_one(tmp_path, mo
     monkeypatch.setattr(readers, "JOURNALCTL_PATHS", (str(script),))
     read = read_new_events("journal", str(tmp_path / "state"), "gpu1", now=1796139964.0, booted=0)
     assert [(event.code, event.pci) for event in read.events] == [(48, "0000:3b:00")]
+
+
+def config_check(tmp_path, log_path):
+    from .conftest import run_cli
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[paths]\nkernel_log = "{log_path}"\n')
+    return str(config), run_cli(["config", "check", str(config)]), run_cli(["config", "check", "--json", str(config)])
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_the_config_check_warns_when_kernel_log_is_a_file_in_a_form_that_cannot_tell(tmp_path, name):
+    """`slurm-gpu config check` names the forms in which a user's text can count as a driver line
+    (the captures whose forged line is read, above) and says nothing of the others."""
+    path, text, as_json = config_check(tmp_path, os.path.join(HERE, name))
+    assert text.exit_code == 0 and as_json.exit_code == 0, text.output
+    warnings = json.loads(as_json.stdout)["warnings"]
+    assert text.stderr.splitlines() == warnings
+    if name in UNTELLABLE:
+        (line,) = warnings
+        assert line.startswith(f"{path}: paths.kernel_log: {os.path.join(HERE, name)} holds ")
+        assert ('use "kmsg" or "journal"') in line
+    else:
+        assert warnings == []
+
+
+def test_the_config_check_warns_of_syslog_lines_without_the_kernel_stamp(tmp_path):
+    """rsyslog told to parse the kernel's stamp away (ParseKernelTimestamp on): a record's later
+    lines carry the same prefix as lines of their own. Kept: no warning."""
+    stripped = b"".join(b"Dec  1 15:45:57 vm kernel: " + line.split(b"] ", 1)[1]
+                        for line in capture("dmesg-syslog-raw.txt").splitlines(keepends=True))
+    log = tmp_path / "kern.log"
+    log.write_bytes(b"Dec  1 15:45:50 vm systemd[1]: Started Session 4 of user alice.\n" * 20 + stripped)
+    _, text, _ = config_check(tmp_path, log)
+    assert "syslog lines with neither the kernel's [uptime] stamp nor an indent" in text.stderr
+    log.write_bytes(rsyslog_imklog(capture("dmesg-syslog-raw.txt")))
+    _, text, _ = config_check(tmp_path, log)
+    assert text.stderr == ""

@@ -11,6 +11,7 @@ from typing import Any, BinaryIO, Callable, Dict, Optional
 from .cursor import file_marks, marks_match
 from .readers import Budget, Incremental, KernelLogError, os_error, over_budget
 from .scanner import CHUNK, LineScanner
+from .parser import TELLABLE, kernel_line_form
 from .timestamps import PrefixClock
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -252,3 +253,37 @@ def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
         finally:
             os.close(fd)
     return None
+
+
+FORM_SAMPLE_BYTES = 64 * 1024
+
+
+def untellable_file_form(path: str) -> Optional[str]:
+    """The form of the kernel lines at the end of the log file ``path`` when it is one in which a
+    record's later lines cannot be told from the kernel's own lines (``parser.kernel_line_form``:
+    a user's text could count as a driver line), else None. Judged on the last 64 KiB: most of
+    its kernel lines in such a form, and no indented line (a writer that indents a record's later
+    lines tells them). None for a compressed or empty file; ``KernelLogError`` when unreadable."""
+    fd = _open_file(path)
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - FORM_SAMPLE_BYTES)
+        sample = os.pread(fd, size - start, start) if not _is_gzip(fd) else b""
+    finally:
+        os.close(fd)
+    lines = sample.split(b"\n")
+    if start > 0:
+        lines = lines[1:]                 # the first one began before the sample
+    forms: Dict[str, int] = {}
+    for line in lines:
+        line = line.rstrip(b"\r")
+        if line[:1] in (b" ", b"\t") and line.strip():
+            return None
+        form = kernel_line_form(line)
+        if form is not None:
+            forms[form] = forms.get(form, 0) + 1
+    tellable = forms.pop(TELLABLE, 0)
+    if not forms:
+        return None
+    form, count = max(forms.items(), key=lambda item: item[1])
+    return form if count > tellable else None

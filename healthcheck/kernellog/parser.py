@@ -215,6 +215,42 @@ def record_stamp(line: bytes) -> Optional[bytes]:
     return found.group(1).strip(b" []") if found else None
 
 
+# The forms in which a record's later lines cannot be told from lines of their own (docs/kernel-log.md):
+# the kernel's stamp is missing, or no finer than a second.
+UNTELLABLE_NO_STAMP = "lines without a time stamp (dmesg -t)"
+UNTELLABLE_SECONDS = "stamps of whole seconds (dmesg -S -T)"
+UNTELLABLE_SYSLOG = "syslog lines with neither the kernel's [uptime] stamp nor an indent"
+_CTIME_ONLY = re.compile(rb"(?:kern *:[a-z]{1,8} *: *)?\[(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4}\]")
+_MINUTE_LINE = re.compile(rb"(?:kern *:[a-z]{1,8} *: *)?\[[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d\]")
+
+
+TELLABLE = ""
+
+
+def kernel_line_form(line: bytes) -> Optional[str]:
+    """For a kernel line of its own (not indented): ``TELLABLE`` when its form tells a record's
+    later lines (a user's text, a file name holding newlines) from lines of their own, else the
+    name of its form (``UNTELLABLE_*``). None for a line this cannot say of: indented, empty,
+    another writer's."""
+    if not line.strip() or line[:1] in (b" ", b"\t"):
+        return None
+    if _KMSG_HEAD.match(line):
+        return TELLABLE if message_start(line) >= 0 else None
+    start = message_start(line)
+    if start < 0:
+        return None
+    if start == 0:
+        return UNTELLABLE_NO_STAMP
+    if line[:1] == b"<":
+        rfc5424 = _RFC5424.match(line)
+        return UNTELLABLE_SYSLOG if rfc5424 and not rfc5424.group("stamp") else TELLABLE
+    if record_stamp(line) is not None or _DMESG_STAMP.match(line) or _MINUTE_LINE.match(line):
+        return TELLABLE
+    if _CTIME_ONLY.match(line):
+        return UNTELLABLE_SECONDS
+    return UNTELLABLE_SYSLOG if b"kernel:" in line[:start] else None
+
+
 def whole_driver_line(line: bytes, start: int) -> bool:
     """A driver line the next line of the same burst may share its stamp with: an event, a
     companion, or the board serial number the driver prints between them."""
