@@ -8,7 +8,7 @@ import os
 import stat
 from typing import Any, BinaryIO, Callable, Dict, Optional
 
-from .cursor import file_marks, marks_match
+from .cursor import SPAN_MAX, file_marks, marks_match
 from .readers import Budget, Incremental, KernelLogError, os_error, over_budget
 from .scanner import CHUNK, LineScanner
 from .parser import TELLABLE, kernel_line_form
@@ -212,7 +212,12 @@ def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_by
             scanner.start_mid_line()
         _feed_range(fd, start, size, scanner, budget)
         offset = min(start + scanner.consumed, size)
-        return Incremental(dict(file_marks(fd, offset), dev=info.st_dev, ino=info.st_ino, offset=offset,
+        if rescan is None and offset == start and cursor.get("span_bytes") == min(rescan_bytes, SPAN_MAX, offset):
+            marks = {key: cursor[key] for key in ("tail_sha256", "head_sha256", "span_bytes", "span_crc32")
+                     if key in cursor}             # nothing new: the hashes just checked are the same
+        else:
+            marks = file_marks(fd, offset, rescan_bytes)
+        return Incremental(dict(marks, dev=info.st_dev, ino=info.st_ino, offset=offset,
                                 mid_line=not scanner.at_line_start), rescan, scanner.stopped)
     finally:
         os.close(fd)
@@ -245,7 +250,7 @@ def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
             _feed_range(fd, start, info.st_size, rotated, budget)
             if rotated.stopped:
                 at = min(start + rotated.consumed, info.st_size)
-                return Incremental(dict(file_marks(fd, at), dev=info.st_dev, ino=info.st_ino, offset=at,
+                return Incremental(dict(file_marks(fd, at, rescan_bytes), dev=info.st_dev, ino=info.st_ino, offset=at,
                                         mid_line=not rotated.at_line_start),
                                    "the file was rotated or replaced", rotated.stopped)
             rotated.finish()
