@@ -260,3 +260,37 @@ def test_the_config_check_warns_of_syslog_lines_without_the_kernel_stamp(tmp_pat
     log.write_bytes(rsyslog_imklog(capture("dmesg-syslog-raw.txt")))
     _, text, _ = config_check(tmp_path, log)
     assert text.stderr == ""
+
+
+@pytest.mark.parametrize("name", ["dmesg-syslog.txt", "dmesg-syslog-raw.txt", "dmesg-syslog-human.txt"])
+def test_a_read_that_starts_on_a_records_later_line_still_tells_it(tmp_path, name):
+    """A file written a line at a time: a hook's read can end after a record's first line, and the
+    next read then starts on its forged later line. The line before the cursor is read back, so
+    the stamp it shares with that line still tells it."""
+    data = capture(name)
+    first = data.rindex(b"\n", 0, data.index(FORGED_TEXT)) + 1       # the read ends just before the forged line
+    log = tmp_path / "dmesg.log"
+    state = str(tmp_path / "state")
+    log.write_bytes(data[:first])
+    assert read_new_events(str(log), state, "gpu1", now=1796139964.0, booted=0).events == []
+    read_new_events(str(log), state, "gpu1", now=1796139964.0, booted=0).commit()
+    with open(log, "ab") as handle:
+        handle.write(data[first:])
+    later = read_new_events(str(log), state, "gpu1", now=1796139965.0, booted=0)
+    assert later.rescan is None and later.stats.bytes_read == len(data) - first
+    assert later.events == []
+
+
+def test_a_driver_burst_split_by_a_read_is_still_read(tmp_path):
+    """The line before a read's first byte vouches as a whole driver line when it starts its own
+    record (another stamp before it): the driver's burst that one stamp covers is still read."""
+    log = tmp_path / "kern.log"
+    state = str(tmp_path / "state")
+    stamp = b"Dec  1 15:45:57 vm kernel: [  218.500000] "
+    log.write_bytes(b"Dec  1 15:45:57 vm kernel: [  218.400000] pcieport 0000:00:01.0: AER: Uncorrected error\n"
+                    + stamp + b"NVRM: GPU at PCI:0000:3b:00: GPU-509665ad-1111-2222-3333-444455556666\n")
+    read_new_events(str(log), state, "gpu1", now=1796139964.0, booted=0).commit()
+    with open(log, "ab") as handle:
+        handle.write(stamp + XID48 + b"\n")
+    later = read_new_events(str(log), state, "gpu1", now=1796139965.0, booted=0)
+    assert later.rescan is None and [event.code for event in later.events] == [48]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import stat
-from typing import Any, BinaryIO, Callable, Dict, Optional
+from typing import Any, BinaryIO, Callable, Dict, Optional, Tuple
 
 from .cursor import SPAN_MAX, file_marks, marks_match
 from .readers import Budget, Incremental, KernelLogError, os_error, over_budget
@@ -210,6 +210,8 @@ def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_by
                 start -= 1
         elif cursor.get("mid_line"):
             scanner.start_mid_line()
+        elif start > 0:
+            scanner.prime(*_lines_before(fd, start))
         _feed_range(fd, start, size, scanner, budget)
         offset = min(start + scanner.consumed, size)
         if rescan is None and offset == start and cursor.get("span_bytes") == min(rescan_bytes, SPAN_MAX, offset):
@@ -221,6 +223,28 @@ def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_by
                                 mid_line=not scanner.at_line_start), rescan, scanner.stopped)
     finally:
         os.close(fd)
+
+
+_BACK = 8192
+
+
+def _lines_before(fd: int, offset: int) -> Tuple[bytes, bytes]:
+    """The two lines that end just before ``offset``, the last one first; a line is empty when it
+    is not there whole within ``_BACK`` bytes (its head, where the prefix is, unknown)."""
+    back = min(offset, _BACK)
+    data = os.pread(fd, back, offset - back)
+    if not data.endswith(b"\n"):
+        return b"", b""
+    found = []
+    end = len(data) - 1
+    while len(found) < 2 and end >= 0:
+        begin = data.rfind(b"\n", 0, end) + 1
+        if begin == 0 and back < offset:
+            break
+        found.append(data[begin:end].rstrip(b"\r"))
+        end = begin - 1
+    found += [b""] * (2 - len(found))
+    return found[0], found[1]
 
 
 def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
@@ -247,6 +271,8 @@ def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
             if start > offset:
                 rotated.start_mid_line()
                 start -= 1
+            elif offset > 0 and not cursor.get("mid_line"):
+                rotated.prime(*_lines_before(fd, offset))
             _feed_range(fd, start, info.st_size, rotated, budget)
             if rotated.stopped:
                 at = min(start + rotated.consumed, info.st_size)
