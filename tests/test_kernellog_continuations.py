@@ -10,6 +10,7 @@ time stamps included, are still events.
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 
@@ -41,11 +42,23 @@ def test_the_captures_hold_the_forged_line():
         assert FORGED_TEXT in capture(name), name
 
 
-# dmesg -t prints a record's later lines with no prefix and no indent: nothing tells them from
-# a line of their own (docs/kernel-log.md says so; kmsg and journal are the sources to use).
-@pytest.mark.parametrize("name", [name for name in CAPTURES if name != "dmesg-notime.txt"])
+# dmesg -t prints a record's later lines with no prefix and no indent, and `dmesg -S -T` repeats a
+# stamp of whole seconds, which separate records share as often: nothing tells them from a line of
+# their own (docs/kernel-log.md says so, `slurm-gpu config check` warns; kmsg and journal are the
+# sources to use).
+UNTELLABLE = {"dmesg-notime.txt", "dmesg-syslog-notime.txt", "dmesg-syslog-ctime.txt"}
+
+
+@pytest.mark.parametrize("name", [name for name in CAPTURES if name not in UNTELLABLE])
 def test_a_forged_continuation_line_is_no_event(name):
     assert scan(capture(name)) == []
+
+
+def test_the_untellable_captures_are_the_ones_whose_forged_line_is_read():
+    """What the docs and the config check name is what the reader cannot tell (not a test that
+    passes for want of trying): in these forms the forged line is read."""
+    for name in sorted(UNTELLABLE):
+        assert [event.code for event in scan(capture(name))] == [79], name
 
 
 GENUINE_AFTER = {
@@ -60,6 +73,16 @@ GENUINE_AFTER = {
     "dmesg-decode.txt": b"kern  :warn  : [  219.000001] ",
     "dmesg-raw.txt": b"<4>[  219.000001] ",
     "dmesg-syslog-raw.txt": b"<4>[  219.000001] ",
+    # dmesg -S (the syslog interface) in every time format: the record's stamp on every line
+    "dmesg-syslog.txt": b"[  219.000001] ",
+    "dmesg-syslog-decode.txt": b"kern  :warn  : [  219.000001] ",
+    "dmesg-syslog-show-delta.txt": b"[  219.000001 <    0.587820>] ",
+    "dmesg-syslog-ctime-delta.txt": b"[Sun Dec  6 07:06:24 2026 <    0.587820>] ",
+    "dmesg-syslog-human.txt": b"[  +0.587820] ",
+    "dmesg-syslog-reltime.txt": b"[  +0.587820] ",
+    "dmesg-syslog-delta.txt": b"[<    0.587820>] ",
+    "dmesg-syslog-iso.txt": b"2026-12-06T07:06:24,000001+00:00 ",
+    "dmesg-syslog-decode-iso.txt": b"kern  :warn  : 2026-12-06T07:06:24,000001+00:00 ",
     "dmesg-human.txt": b"[  +0.500000] ",
     "dmesg-reltime.txt": b"[Dec 1 15:46] ",
 }
@@ -97,6 +120,50 @@ def test_a_driver_burst_sharing_one_stamp_is_still_read():
              + stamp + XID48 + b"\n"
              + stamp + b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
     assert [event.code for event in scan(burst)] == [48, 79]
+
+
+@pytest.mark.parametrize("zero, later", [
+    (b"[  +0.000000] ", b"[  +0.000100] "),                      # dmesg -S -H / --time-format reltime
+    (b"[<    0.000000>] ", b"[<    0.000100>] "),                # dmesg -S --time-format delta
+])
+def test_a_driver_burst_at_a_delta_of_zero_is_still_read(zero, later):
+    """The delta formats say "the same time as the line before" for a record's later lines and for
+    a driver burst alike: after a whole driver line, a zero delta is a record of its own."""
+    burst = (later + b"NVRM: GPU at PCI:0000:3b:00: GPU-509665ad-1111-2222-3333-444455556666\n"
+             + zero + XID48 + b"\n")
+    assert [event.code for event in scan(burst)] == [48]
+    assert scan(later + b"segfault in x\n" + zero + XID48 + b"\n") == []
+
+
+def test_a_kernel_log_file_in_dmesg_syslog_form_reads_no_forged_xid(tmp_path):
+    """kernel_log = a file `dmesg -S` wrote (the finding: it drained the node): the hooks'
+    incremental read finds the genuine Xid 48 after the record and not the forged Xid 79."""
+    log = tmp_path / "dmesg.log"
+    log.write_bytes(capture("dmesg-syslog.txt") + b"[  219.000001] " + XID48 + b"\n")
+    read = read_new_events(str(log), str(tmp_path / "state"), "gpu1", now=1796139964.0, booted=0)
+    assert [(event.code, event.pci) for event in read.events] == [(48, "0000:3b:00")]
+
+
+def rsyslog_rfc5424(raw: bytes) -> bytes:
+    """What rsyslog writes with RSYSLOG_SyslogProtocol23Format from imklog's defaults (the kernel's
+    stamp kept at the start of MSG): "<6>[  218.412166] x" -> "<6>1 TS vm kernel - - - [  218.412166] x"."""
+    lines = []
+    for line in raw.splitlines(keepends=True):
+        pri, msg = line[1:].split(b">", 1)
+        lines.append(b"<" + pri + b">1 2026-12-01T15:45:57.906570+00:00 vm kernel - - - " + msg)
+    return b"".join(lines)
+
+
+def test_rfc5424_keeping_the_kernel_stamp_reads_the_real_xid_and_not_the_forged_one():
+    """rsyslog's RFC 5424 files as written by default: imklog keeps "[  218.412166] " in MSG. The
+    real driver line is an event (it was not: no drain); the forged line of the same form is not."""
+    data = rsyslog_rfc5424(capture("dmesg-syslog-raw.txt"))
+    assert b"<6>1 2026-12-01T15:45:57.906570+00:00 vm kernel - - - [  218.412166] " + FORGED_TEXT in data
+    assert scan(data) == []
+    genuine = b"<4>1 2026-12-01T15:45:58.100000+00:00 vm kernel - - - [  219.000001] " + XID48 + b"\n"
+    events = scan(data + genuine)
+    assert [(event.code, event.pci, event.uptime) for event in events] == [(48, "0000:3b:00", 219.000001)]
+    assert events[0].time == 1796139958.1
 
 
 def test_a_continuation_line_never_starts_an_event_but_completes_the_lost_gpu_message():
@@ -155,3 +222,75 @@ def test_the_journal_source_reads_no_forged_xid_and_the_genuine_one(tmp_path, mo
     monkeypatch.setattr(readers, "JOURNALCTL_PATHS", (str(script),))
     read = read_new_events("journal", str(tmp_path / "state"), "gpu1", now=1796139964.0, booted=0)
     assert [(event.code, event.pci) for event in read.events] == [(48, "0000:3b:00")]
+
+
+def config_check(tmp_path, log_path):
+    from .conftest import run_cli
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[paths]\nkernel_log = "{log_path}"\n')
+    return str(config), run_cli(["config", "check", str(config)]), run_cli(["config", "check", "--json", str(config)])
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_the_config_check_warns_when_kernel_log_is_a_file_in_a_form_that_cannot_tell(tmp_path, name):
+    """`slurm-gpu config check` names the forms in which a user's text can count as a driver line
+    (the captures whose forged line is read, above) and says nothing of the others."""
+    path, text, as_json = config_check(tmp_path, os.path.join(HERE, name))
+    assert text.exit_code == 0 and as_json.exit_code == 0, text.output
+    warnings = json.loads(as_json.stdout)["warnings"]
+    assert text.stderr.splitlines() == warnings
+    if name in UNTELLABLE:
+        (line,) = warnings
+        assert line.startswith(f"{path}: paths.kernel_log: {os.path.join(HERE, name)} holds ")
+        assert ('use "kmsg" or "journal"') in line
+    else:
+        assert warnings == []
+
+
+def test_the_config_check_warns_of_syslog_lines_without_the_kernel_stamp(tmp_path):
+    """rsyslog told to parse the kernel's stamp away (ParseKernelTimestamp on): a record's later
+    lines carry the same prefix as lines of their own. Kept: no warning."""
+    stripped = b"".join(b"Dec  1 15:45:57 vm kernel: " + line.split(b"] ", 1)[1]
+                        for line in capture("dmesg-syslog-raw.txt").splitlines(keepends=True))
+    log = tmp_path / "kern.log"
+    log.write_bytes(b"Dec  1 15:45:50 vm systemd[1]: Started Session 4 of user alice.\n" * 20 + stripped)
+    _, text, _ = config_check(tmp_path, log)
+    assert "syslog lines with neither the kernel's [uptime] stamp nor an indent" in text.stderr
+    log.write_bytes(rsyslog_imklog(capture("dmesg-syslog-raw.txt")))
+    _, text, _ = config_check(tmp_path, log)
+    assert text.stderr == ""
+
+
+@pytest.mark.parametrize("name", ["dmesg-syslog.txt", "dmesg-syslog-raw.txt", "dmesg-syslog-human.txt"])
+def test_a_read_that_starts_on_a_records_later_line_still_tells_it(tmp_path, name):
+    """A file written a line at a time: a hook's read can end after a record's first line, and the
+    next read then starts on its forged later line. The line before the cursor is read back, so
+    the stamp it shares with that line still tells it."""
+    data = capture(name)
+    first = data.rindex(b"\n", 0, data.index(FORGED_TEXT)) + 1       # the read ends just before the forged line
+    log = tmp_path / "dmesg.log"
+    state = str(tmp_path / "state")
+    log.write_bytes(data[:first])
+    assert read_new_events(str(log), state, "gpu1", now=1796139964.0, booted=0).events == []
+    read_new_events(str(log), state, "gpu1", now=1796139964.0, booted=0).commit()
+    with open(log, "ab") as handle:
+        handle.write(data[first:])
+    later = read_new_events(str(log), state, "gpu1", now=1796139965.0, booted=0)
+    assert later.rescan is None and later.stats.bytes_read == len(data) - first
+    assert later.events == []
+
+
+def test_a_driver_burst_split_by_a_read_is_still_read(tmp_path):
+    """The line before a read's first byte vouches as a whole driver line when it starts its own
+    record (another stamp before it): the driver's burst that one stamp covers is still read."""
+    log = tmp_path / "kern.log"
+    state = str(tmp_path / "state")
+    stamp = b"Dec  1 15:45:57 vm kernel: [  218.500000] "
+    log.write_bytes(b"Dec  1 15:45:57 vm kernel: [  218.400000] pcieport 0000:00:01.0: AER: Uncorrected error\n"
+                    + stamp + b"NVRM: GPU at PCI:0000:3b:00: GPU-509665ad-1111-2222-3333-444455556666\n")
+    read_new_events(str(log), state, "gpu1", now=1796139964.0, booted=0).commit()
+    with open(log, "ab") as handle:
+        handle.write(stamp + XID48 + b"\n")
+    later = read_new_events(str(log), state, "gpu1", now=1796139965.0, booted=0)
+    assert later.rescan is None and [event.code for event in later.events] == [48]

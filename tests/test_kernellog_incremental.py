@@ -374,6 +374,63 @@ def test_a_hook_read_of_an_unchanged_log_neither_loads_the_reader_nor_misses_wha
     assert [event.code for event in after.events] == [79]
 
 
+def rewrite_in_place(log, at, xid, noise):
+    """copytruncate, then the same lines again with ``xid`` among them: the lines from the first
+    line boundary after byte ``at`` on that ``xid`` and a padding line fill exactly, every other
+    byte as before (the file's first 4 KiB, the 64 bytes before the old offset), then new lines."""
+    old = log.read_bytes()
+    first = old.index(b"\n", at) + 1
+    last = first
+    while last - first < len(xid) + 1:
+        last = old.index(b"\n", last) + 1
+    middle = xid.encode() + b"x" * (last - first - len(xid) - 1) + b"\n"
+    rewritten = old[:first] + middle + old[last:] + noise.encode() * 3
+    assert first >= 4096 and last <= len(old) - 64 and len(middle) == last - first
+    with open(log, "r+b") as handle:
+        handle.truncate(0)
+        handle.write(rewritten)
+
+
+def test_copytruncate_rewritten_with_identical_lines_beyond_the_hashed_head_is_seen(tmp_path):
+    """issue 34 finding 9: rewritten in place with byte-identical lines, so that the first 4 KiB
+    and the 64 bytes before the old offset are the same; the new Xid 79 lies between them. The
+    cursor's hash of the bytes before its offset tells, and the rescan reads the Xid."""
+    log = tmp_path / "kern.log"
+    state = str(tmp_path / "state")
+    noise = NOISE.format(n=7)
+    write(log, noise * 400)
+    read_and_commit(str(log), state, "gpu1", now=NOW)
+    rewrite_in_place(log, len(noise) * 150, XID79, noise)
+    result = read_and_commit(str(log), state, "gpu1", now=NOW + 1)
+    assert result.rescan == "the file was rewritten"
+    assert [event.code for event in result.events] == [79]
+
+
+def test_the_span_hash_reads_nothing_twice_when_lines_are_only_appended(tmp_path):
+    """The normal append case under the same hashes: a read takes exactly the appended bytes, and a
+    file longer than the hashed span ([xid] rescan_bytes) is followed the same way."""
+    from healthcheck.config import Config
+
+    config = Config.load(None, {"xid": {"rescan_bytes": 8192}})
+    log = tmp_path / "kern.log"
+    state = str(tmp_path / "state")
+    noise = NOISE.format(n=7)
+    write(log, noise * 2000)
+    read_and_commit(str(log), state, "gpu1", config=config, now=NOW)
+    for round_ in range(3):
+        appended = lines(NOISE, 40, 100 * round_) + XID13.format(n=round_)
+        write(log, appended)
+        read = read_and_commit(str(log), state, "gpu1", config=config, now=NOW + 10 + round_)
+        assert read.rescan is None and read.stats.bytes_read == len(appended.encode())
+        assert [(event.code, event.count_new) for event in read.events] == [(13, 1)]
+    quiet = read_and_commit(str(log), state, "gpu1", config=config, now=NOW + 20)
+    assert quiet.rescan is None and quiet.stats.bytes_read == 0 and quiet.events == []
+    # A rewrite within the span, beyond the head, is seen there too.
+    rewrite_in_place(log, log.stat().st_size - 4096, XID79, noise)
+    seen = read_and_commit(str(log), state, "gpu1", config=config, now=NOW + 30)
+    assert seen.rescan == "the file was rewritten" and 79 in [event.code for event in seen.events]
+
+
 def test_copytruncate_rewritten_with_the_same_bytes_before_the_old_offset_is_seen(tmp_path):
     """A log truncated in place and written again so that the 64 bytes before the old offset are
     byte-identical (aligned repeated lines) still counts as rewritten: the Xid 79 in it is read."""

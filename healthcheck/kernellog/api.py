@@ -24,10 +24,10 @@ from ..xid.catalog import XidCatalog
 from .cursor import StateStore
 from ..xid.events import XidEvent
 from .flood import CLOCK_SLACK_S, FloodTracker, group_key
-from .parser import (NEEDLES, Companion, LostIntro, LostTail, lost_gpu_event, message_start, parse_line_split,
-                     prefix_is_kernel, record_stamp, whole_driver_line)
+from .parser import (NEEDLES, SAME_AS_BEFORE, Companion, LostIntro, LostTail, lost_gpu_event, message_start,
+                     parse_line_split, prefix_is_kernel, record_stamp, whole_driver_line)
 from ..xid.pci import GpuMap
-from .scanner import LineScanner, ScanStats
+from .scanner import PRIMED, LineScanner, ScanStats
 from .readers import KernelLogError
 from .timestamps import PrefixClock, boot_time
 
@@ -152,8 +152,9 @@ class _Collector:
 
     def _continued(self, line: bytes) -> bool:
         """A later line of a multi-line record where the syslog interface repeats the record's
-        prefix on each line (/proc/kmsg, rsyslog's imklog keeping the kernel's stamp): the line
-        before has the same stamp and was not itself a whole driver line of the same burst."""
+        prefix on each line (/proc/kmsg, `dmesg -S` in every time format, rsyslog's imklog keeping
+        the kernel's stamp): the line before has the same stamp (or the line says its delta from
+        the line before is zero) and was not itself a whole driver line of the same burst."""
         scanner = self.current
         if scanner is None:
             return False
@@ -162,9 +163,26 @@ class _Collector:
         self._stamped = (scanner.line_start, stamp)
         if stamp is None or scanner.previous_head is None:
             return False
+        if scanner.previous_start == PRIMED and self._primed_whole(scanner):
+            return False
+        if stamp == SAME_AS_BEFORE:                          # dmesg's delta of zero from the line before
+            return scanner.previous_start != self._whole_start
         if before_start != scanner.previous_start:          # the line before was no candidate
             before = record_stamp(scanner.previous_head)
         return before == stamp and scanner.previous_start != self._whole_start
+
+    @staticmethod
+    def _primed_whole(scanner: LineScanner) -> bool:
+        """The line before a read's first byte (``LineScanner.prime``) vouches for the next one as
+        a whole driver line only when it is one and starts its own record: the line before it
+        carries another stamp (not known: it does not vouch)."""
+        if scanner.primed is None:
+            return False
+        line, before = scanner.primed
+        if not whole_driver_line(line, max(message_start(line), 0)):
+            return False
+        stamp = record_stamp(line)
+        return stamp is None or (stamp != SAME_AS_BEFORE and bool(before) and record_stamp(before) != stamp)
 
     def _repeat(self, line: bytes) -> bool:
         """A flood repeats one kernel line with new timestamps: count it without parsing it again."""

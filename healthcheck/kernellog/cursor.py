@@ -4,10 +4,12 @@ Layout: ``<state_dir>/kernellog/<reader>/`` (mode 0750; the runner's readers are
 ``<node>.<tier>`` and ``<node>.cli.<tier>``) holding
 
 * ``cursor-<kind>-<hash>.json`` one per source; ``kind`` is file | kmsg | journal:
-    file     {"path", "dev", "ino", "offset", "tail_sha256", "head_sha256"}: the byte after the
-             last complete line read, a hash of the 64 bytes before it and one of the file's first
-             4 KiB (at most to the offset): a file rewritten in place (copytruncate, then lines
-             whose bytes before the offset happen to be the same) fails to match
+    file     {"path", "dev", "ino", "offset", "tail_sha256", "head_sha256", "span_bytes",
+             "span_crc32"}: the byte after the last complete line read, a hash of the 64 bytes
+             before it, one of the file's first 4 KiB (at most to the offset) and a CRC of the
+             ``span_bytes`` before it ([xid] rescan_bytes, at most 16 MiB): a file rewritten in
+             place (copytruncate, then lines whose bytes before the offset, or whose head,
+             happen to be the same) fails to match
     kmsg     {"boot_id", "seq"}: the last /dev/kmsg sequence number read in this boot
     journal  {"cursor"}: journalctl's own cursor
 * ``flood.json``  open events and escalation burst times (``flood.FloodTracker.state``)
@@ -42,7 +44,8 @@ CURSOR_SCHEMAS = {
     "kmsg": {"boot_id": optional(is_str), "seq": lambda value: is_int(value) and value >= -1},
     "journal": {"cursor": optional(is_str)},
 }
-_OPTIONAL_FIELDS = {"mid_line": lambda value: isinstance(value, bool), "head_sha256": is_str}
+_OPTIONAL_FIELDS = {"mid_line": lambda value: isinstance(value, bool), "head_sha256": is_str,
+                    "span_bytes": is_count, "span_crc32": is_count}
 
 
 def cursor_problem(kind: str, data: Dict[str, Any]) -> Optional[str]:
@@ -117,18 +120,54 @@ def head_hash(fd: int, offset: int) -> str:
     return sha256(os.pread(fd, min(offset, HEAD_BYTES), 0)).hexdigest()
 
 
-def file_marks(fd: int, offset: int) -> Dict[str, str]:
-    """The hashes a file cursor at ``offset`` keeps."""
-    return {"tail_sha256": tail_hash(fd, offset), "head_sha256": head_hash(fd, offset)}
+# The most bytes before the offset a file cursor hashes whole (``span_hash``), and how many when the
+# reader does not say (the prolog's job reader): [xid] rescan_bytes' default.
+SPAN_MAX = 16 * 1024 * 1024
+SPAN_DEFAULT = 4 * 1024 * 1024
+_SPAN_PIECE = 256 * 1024
+
+
+def span_hash(fd: int, offset: int, span: int) -> int:
+    """A CRC-32 of the ``span`` bytes before ``offset``, read in small pieces (memory stays flat).
+    A log rewritten in place whose head and last 64 bytes happen to be the same (byte-identical
+    lines) differs somewhere in between: within the span, the rewrite is seen. A change further
+    back is outside what a rescan reads anyway (the last ``rescan_bytes`` of a file at least as
+    long as the offset). CRC-32, not SHA-256: this runs over megabytes on every read, 15 times
+    faster (about 1 ms for 4 MiB here against 14 ms for the built-in SHA-256), and it guards
+    against an accident (the head and tail hashes stay SHA-256)."""
+    import zlib
+
+    crc = 0
+    position = offset - span
+    while position < offset:
+        piece = os.pread(fd, min(_SPAN_PIECE, offset - position), position)
+        if not piece:
+            break
+        crc = zlib.crc32(piece, crc)
+        position += len(piece)
+    return crc
+
+
+def file_marks(fd: int, offset: int, span: int = SPAN_DEFAULT) -> Dict[str, Any]:
+    """The hashes a file cursor at ``offset`` keeps: the 64 bytes before it, the file's head, and
+    (a CRC) the ``span`` bytes before it (at most ``SPAN_MAX``, at most to the start)."""
+    span = max(0, min(span, SPAN_MAX, offset))
+    return {"tail_sha256": tail_hash(fd, offset), "head_sha256": head_hash(fd, offset),
+            "span_bytes": span, "span_crc32": span_hash(fd, offset, span)}
 
 
 def marks_match(fd: int, offset: int, cursor: Dict[str, Any]) -> bool:
     """Whether the file still holds, at and before ``offset``, what the cursor saw (a cursor
-    saved before the head hash existed is judged on its tail hash alone)."""
+    saved before the head or span hash existed is judged on the hashes it has)."""
     if tail_hash(fd, offset) != cursor.get("tail_sha256"):
         return False
     head = cursor.get("head_sha256")
-    return head is None or head_hash(fd, offset) == head
+    if head is not None and head_hash(fd, offset) != head:
+        return False
+    span, hashed = cursor.get("span_bytes"), cursor.get("span_crc32")
+    if span is None or hashed is None:
+        return True
+    return span <= offset and span_hash(fd, offset, span) == hashed
 
 
 # How far back from a file's end ``start_file_at_end`` looks for the last complete line.

@@ -6,11 +6,12 @@ from __future__ import annotations
 import glob
 import os
 import stat
-from typing import Any, BinaryIO, Callable, Dict, Optional
+from typing import Any, BinaryIO, Callable, Dict, Optional, Tuple
 
-from .cursor import file_marks, marks_match
+from .cursor import SPAN_MAX, file_marks, marks_match
 from .readers import Budget, Incremental, KernelLogError, os_error, over_budget
 from .scanner import CHUNK, LineScanner
+from .parser import TELLABLE, kernel_line_form
 from .timestamps import PrefixClock
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -209,12 +210,41 @@ def read_file_incremental(path: str, cursor: Optional[Dict[str, Any]], rescan_by
                 start -= 1
         elif cursor.get("mid_line"):
             scanner.start_mid_line()
+        elif start > 0:
+            scanner.prime(*_lines_before(fd, start))
         _feed_range(fd, start, size, scanner, budget)
         offset = min(start + scanner.consumed, size)
-        return Incremental(dict(file_marks(fd, offset), dev=info.st_dev, ino=info.st_ino, offset=offset,
+        if rescan is None and offset == start and cursor.get("span_bytes") == min(rescan_bytes, SPAN_MAX, offset):
+            marks = {key: cursor[key] for key in ("tail_sha256", "head_sha256", "span_bytes", "span_crc32")
+                     if key in cursor}             # nothing new: the hashes just checked are the same
+        else:
+            marks = file_marks(fd, offset, rescan_bytes)
+        return Incremental(dict(marks, dev=info.st_dev, ino=info.st_ino, offset=offset,
                                 mid_line=not scanner.at_line_start), rescan, scanner.stopped)
     finally:
         os.close(fd)
+
+
+_BACK = 8192
+
+
+def _lines_before(fd: int, offset: int) -> Tuple[bytes, bytes]:
+    """The two lines that end just before ``offset``, the last one first; a line is empty when it
+    is not there whole within ``_BACK`` bytes (its head, where the prefix is, unknown)."""
+    back = min(offset, _BACK)
+    data = os.pread(fd, back, offset - back)
+    if not data.endswith(b"\n"):
+        return b"", b""
+    found = []
+    end = len(data) - 1
+    while len(found) < 2 and end >= 0:
+        begin = data.rfind(b"\n", 0, end) + 1
+        if begin == 0 and back < offset:
+            break
+        found.append(data[begin:end].rstrip(b"\r"))
+        end = begin - 1
+    found += [b""] * (2 - len(found))
+    return found[0], found[1]
 
 
 def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
@@ -241,10 +271,12 @@ def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
             if start > offset:
                 rotated.start_mid_line()
                 start -= 1
+            elif offset > 0 and not cursor.get("mid_line"):
+                rotated.prime(*_lines_before(fd, offset))
             _feed_range(fd, start, info.st_size, rotated, budget)
             if rotated.stopped:
                 at = min(start + rotated.consumed, info.st_size)
-                return Incremental(dict(file_marks(fd, at), dev=info.st_dev, ino=info.st_ino, offset=at,
+                return Incremental(dict(file_marks(fd, at, rescan_bytes), dev=info.st_dev, ino=info.st_ino, offset=at,
                                         mid_line=not rotated.at_line_start),
                                    "the file was rotated or replaced", rotated.stopped)
             rotated.finish()
@@ -252,3 +284,37 @@ def _finish_rotated(path: str, cursor: Dict[str, Any], rescan_bytes: int,
         finally:
             os.close(fd)
     return None
+
+
+FORM_SAMPLE_BYTES = 64 * 1024
+
+
+def untellable_file_form(path: str) -> Optional[str]:
+    """The form of the kernel lines at the end of the log file ``path`` when it is one in which a
+    record's later lines cannot be told from the kernel's own lines (``parser.kernel_line_form``:
+    a user's text could count as a driver line), else None. Judged on the last 64 KiB: most of
+    its kernel lines in such a form, and no indented line (a writer that indents a record's later
+    lines tells them). None for a compressed or empty file; ``KernelLogError`` when unreadable."""
+    fd = _open_file(path)
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - FORM_SAMPLE_BYTES)
+        sample = os.pread(fd, size - start, start) if not _is_gzip(fd) else b""
+    finally:
+        os.close(fd)
+    lines = sample.split(b"\n")
+    if start > 0:
+        lines = lines[1:]                 # the first one began before the sample
+    forms: Dict[str, int] = {}
+    for line in lines:
+        line = line.rstrip(b"\r")
+        if line[:1] in (b" ", b"\t") and line.strip():
+            return None
+        form = kernel_line_form(line)
+        if form is not None:
+            forms[form] = forms.get(form, 0) + 1
+    tellable = forms.pop(TELLABLE, 0)
+    if not forms:
+        return None
+    form, count = max(forms.items(), key=lambda item: item[1])
+    return form if count > tellable else None

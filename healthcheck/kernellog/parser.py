@@ -76,24 +76,45 @@ _BRACKET = (rb"\[(?: *\d{1,10}\.\d{1,9}(?: *< *\d{1,10}\.\d{1,9}>)?"            
             rb"|< *\d{1,10}\.\d{1,9}>"                                                   # dmesg --time-format delta
             rb"| *\+\d{1,10}\.\d{1,9}"                                                    # dmesg -H / --reltime
             rb"|[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d"                                          # ... and its minute line
-            rb"|(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]")      # dmesg -T
+            rb"|(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4}"            # dmesg -T
+            rb"(?: *< *\d{1,10}\.\d{1,9}>)?)\]")                                           # ... -d
+# dmesg --time-format iso: a comma before the fraction (rsyslog and journalctl write a dot); the
+# message follows it, never a host and tag.
+_DMESG_ISO = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{1,9}(?:Z|[+-]\d\d:?\d\d)"
 # RFC 5424 as rsyslog writes it: "<PRI>1 TIMESTAMP HOST APP-NAME PROCID MSGID SD MSG"; the kernel's
 # APP-NAME is "kernel" and its facility (PRI >> 3) 0.
-_RFC5424 = re.compile(rb"<(\d{1,3})>1 (?:-|" + _WALL + rb") [^\s]{1,255} kernel [^\s]{1,128} [^\s]{1,32} - ")
+# rsyslog's imklog keeps the kernel's own stamp at the start of MSG by default (ParseKernelTimestamp
+# off): "<4>1 TS host kernel - - - [  218.412166] NVRM: ...".
+_RFC5424 = re.compile(rb"<(\d{1,3})>1 (?:-|" + _WALL + rb") [^\s]{1,255} kernel [^\s]{1,128} [^\s]{1,32} - "
+                      rb"(?P<stamp>\[ *\d{1,10}\.\d{1,9}\] ?)?")
 # The syslog interface (/proc/kmsg, syslog(2), `dmesg -r`): "<PRI>" then the kernel's prefix.
 _SYSLOG_PRI = re.compile(rb"<(\d{1,3})>(?=\[)")
 _KERNEL_PREFIX = re.compile(
-    rb"(?:(?:" + _WALL + rb"[ \t]+)?(?:[^\s]{1,255}[ \t]+)?kernel:[ \t]*"   # [time] [host] kernel:
+    rb"(?:" + _DMESG_ISO + rb"[ \t]+"                                         # dmesg --time-format iso
+    rb"|(?:" + _WALL + rb"[ \t]+)?(?:[^\s]{1,255}[ \t]+)?kernel:[ \t]*"      # [time] [host] kernel:
     rb"|" + _WALL + rb"[ \t]+)?"                                             # time only (dmesg --time-format)
-    rb"(?:kern *:[a-z]{1,8} *: *)?"                                           # dmesg -x: the kernel facility only
+    rb"(?:kern *:[a-z]{1,8} *: *(?:" + _DMESG_ISO + rb"[ \t]+)?)?"            # dmesg -x: the kernel facility only
     rb"(?:" + _BRACKET + rb"[ \t]*)?")
 # A raw /dev/kmsg record: "PRIORITY,SEQ,USEC,FLAGS;message". The priority holds the facility
 # (priority >> 3); the kernel's is 0 and userspace writing to /dev/kmsg cannot claim it.
 _KMSG_HEAD = re.compile(rb"(\d{1,4}),\d{1,20},\d{1,20},[^;]{0,32};")
-# The kernel's own stamp of a record where the syslog interface repeats it on every line of a
-# multi-line record ("<4>[ 12.345678] ", and rsyslog's imklog keeping it: "... kernel: [ 12.345678] ").
+# The kernel's own stamp of a record where the syslog interface (/proc/kmsg, syslog(2): `dmesg -S`
+# and rsyslog's imklog) repeats it on every line of a multi-line record: "<4>[ 12.345678] ",
+# "... kernel: [ 12.345678] ", "<4>1 TS host kernel - - - [ 12.345678] ", and what `dmesg -S`
+# prints in each time format: "[ 12.345678] ", "kern  :info  : [ 12.345678] " (-x),
+# "[ 12.345678 <    0.000000>] " (-d), "2026-12-06T07:06:23,412166+00:00 " (iso), and the
+# formats that print only a delta from the line before, "[  +0.000000] " (-H, reltime),
+# "[<    0.000000>] " (delta) and "[Sun Dec  6 07:06:23 2026 <    0.000000>] " (-T -d): a record's
+# later lines show a delta of zero.
 _STAMP_AFTER_TAG = re.compile(rb"kernel:[ \t]*(\[ *\d{1,10}\.\d{1,9}\])")
-_STAMP_AFTER_PRI = re.compile(rb"<\d{1,3}>(\[ *\d{1,10}\.\d{1,9}\])")
+_DMESG_STAMP = re.compile(
+    rb"(?:<\d{1,3}>|kern *:[a-z]{1,8} *: *)?"
+    rb"(?:\[(?: *(?P<uptime>\d{1,10}\.\d{1,9})(?: *< *\d{1,10}\.\d{1,9}>)?"
+    rb"| *\+(?P<relative>\d{1,10}\.\d{1,9})"
+    rb"|(?:(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4} *)?< *(?P<delta>\d{1,10}\.\d{1,9})>"
+    rb")\]|(?P<iso>" + _DMESG_ISO + rb")[ \t])")
+# What ``record_stamp`` says of a line whose stamp is a delta of zero from the line before.
+SAME_AS_BEFORE = b"+0"
 # A driver line that may share its stamp with the next one (the driver prints these in one burst).
 _BOARD_SERIAL = re.compile(rb"NVRM: GPU Board Serial Number: [\w-]{1,64}\s*$")
 _NVLINK5_CODES = range(144, 151)
@@ -153,7 +174,7 @@ def message_start(line: bytes) -> int:
         if not framed or int(framed.group(1)) >> 3 != 0:
             return -1
         if framed.re is _RFC5424:
-            return framed.end()
+            return framed.end()         # after the kernel's own stamp when MSG keeps it
         return _KERNEL_PREFIX.match(line, framed.end()).end()
     kmsg = _KMSG_HEAD.match(line)
     if kmsg:
@@ -179,11 +200,55 @@ def record_stamp(line: bytes) -> Optional[bytes]:
     on every line of a multi-line record (``<4>[ 12.345678]``, ``... kernel: [ 12.345678]``),
     or None. Cheap: it runs on every line of a flood."""
     if line[:1] == b"<":
-        found = _STAMP_AFTER_PRI.match(line)
-    else:
-        tag = line.find(b"kernel:", 0, 320)
-        found = _STAMP_AFTER_TAG.match(line, tag) if tag >= 0 else None
-    return found.group(1) if found else None
+        rfc5424 = _RFC5424.match(line)
+        if rfc5424:
+            stamp = rfc5424.group("stamp")
+            return stamp.strip(b" []") if stamp else None
+    dmesg = _DMESG_STAMP.match(line)
+    if dmesg:
+        delta = dmesg.group("delta") or dmesg.group("relative")
+        if delta is not None:
+            return SAME_AS_BEFORE if not delta.strip(b"0.") else None
+        return dmesg.group("uptime") or dmesg.group("iso")
+    tag = line.find(b"kernel:", 0, 320)
+    found = _STAMP_AFTER_TAG.match(line, tag) if tag >= 0 else None
+    return found.group(1).strip(b" []") if found else None
+
+
+# The forms in which a record's later lines cannot be told from lines of their own (docs/kernel-log.md):
+# the kernel's stamp is missing, or no finer than a second.
+UNTELLABLE_NO_STAMP = "lines without a time stamp (dmesg -t)"
+UNTELLABLE_SECONDS = "stamps of whole seconds (dmesg -S -T)"
+UNTELLABLE_SYSLOG = "syslog lines with neither the kernel's [uptime] stamp nor an indent"
+_CTIME_ONLY = re.compile(rb"(?:kern *:[a-z]{1,8} *: *)?\[(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4}\]")
+_MINUTE_LINE = re.compile(rb"(?:kern *:[a-z]{1,8} *: *)?\[[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d\]")
+
+
+TELLABLE = ""
+
+
+def kernel_line_form(line: bytes) -> Optional[str]:
+    """For a kernel line of its own (not indented): ``TELLABLE`` when its form tells a record's
+    later lines (a user's text, a file name holding newlines) from lines of their own, else the
+    name of its form (``UNTELLABLE_*``). None for a line this cannot say of: indented, empty,
+    another writer's."""
+    if not line.strip() or line[:1] in (b" ", b"\t"):
+        return None
+    if _KMSG_HEAD.match(line):
+        return TELLABLE if message_start(line) >= 0 else None
+    start = message_start(line)
+    if start < 0:
+        return None
+    if start == 0:
+        return UNTELLABLE_NO_STAMP
+    if line[:1] == b"<":
+        rfc5424 = _RFC5424.match(line)
+        return UNTELLABLE_SYSLOG if rfc5424 and not rfc5424.group("stamp") else TELLABLE
+    if record_stamp(line) is not None or _DMESG_STAMP.match(line) or _MINUTE_LINE.match(line):
+        return TELLABLE
+    if _CTIME_ONLY.match(line):
+        return UNTELLABLE_SECONDS
+    return UNTELLABLE_SYSLOG if b"kernel:" in line[:start] else None
 
 
 def whole_driver_line(line: bytes, start: int) -> bool:

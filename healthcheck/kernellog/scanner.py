@@ -10,7 +10,7 @@ skipped (its head, where the kernel text starts, is what matters).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from .fastfind import find
 from .parser import NEEDLES
@@ -18,6 +18,7 @@ from .parser import NEEDLES
 CHUNK = 2 * 1024 * 1024
 MAX_LINE = 64 * 1024
 PREVIOUS_HEAD = 256            # bytes kept of the line before a handed-on line (its prefix is what matters)
+PRIMED = -2                    # ``previous_start`` of the line before the first byte fed (``prime``)
 
 
 @dataclass
@@ -61,6 +62,15 @@ class LineScanner:
         self.previous_start = -1
         self._last_head: Optional[bytes] = None      # the last complete line fed, and its start
         self._last_start = -1
+        self.primed: Optional[Tuple[bytes, bytes]] = None     # ``prime``'s two lines
+
+    def prime(self, line: bytes, before: bytes = b"") -> None:
+        """``line`` (without its newline) ends just before the first byte fed, ``before`` is the
+        line before it: a read from a cursor. The first line fed then has ``line`` as
+        ``previous_head`` (``previous_start`` is ``PRIMED``), so a record's later line that a read
+        starts on is still told by its stamp."""
+        self._last_head, self._last_start = bytes(line[:PREVIOUS_HEAD]), PRIMED
+        self.primed = (bytes(line[:MAX_LINE]), bytes(before[:PREVIOUS_HEAD]))
 
     @property
     def line_start(self) -> int:

@@ -3,7 +3,8 @@
 Forms understood (each may be followed by ``host kernel:`` and a ``[uptime]``)::
 
     [12345.678901] ...                         dmesg, /dev/kmsg rendered by dmesg (uptime only)
-    [Sun Feb 23 16:24:18 2025] ...             dmesg -T (local time)
+    [Sun Feb 23 16:24:18 2025] ...             dmesg -T (local time; with -d a delta before "]")
+    2025-02-23T16:24:18,123456+00:00 ...       dmesg --time-format iso
     Feb 23 16:24:18 host kernel: ...           syslog, journalctl -k (local time, no year)
     2025-02-23T16:24:18.123456+01:00 host ...  rsyslog RFC 3339, journalctl -o short-iso
     1740324258.123456 host kernel: ...         journalctl -o short-unix
@@ -27,9 +28,9 @@ _MONTHS = {name: number for number, name in enumerate(
     (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"), 1)}
 
 _UPTIME = re.compile(rb"\[\s*(\d{1,10}\.\d{1,9})\]")
-_DMESG_T = re.compile(rb"\[(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\]")
+_DMESG_T = re.compile(rb"\[(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})(?: *< *\d{1,10}\.\d{1,9}>)?\]")
 _SYSLOG = re.compile(rb"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(\.\d{1,9})?\s")
-_ISO = re.compile(rb"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:?\d\d)?\s")
+_ISO = re.compile(rb"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)([.,]\d{1,9})?(Z|[+-]\d\d:?\d\d)?\s")
 _UNIX = re.compile(rb"(\d{9,11}\.\d{1,9})\s")
 _SYSLOG_PRI = re.compile(rb"<\d{1,3}>(?:1 )?")
 _KMSG = re.compile(rb"(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]{0,32};")
@@ -115,7 +116,7 @@ def _local(year: int, month: Optional[int], day: bytes, hour: bytes, minute: byt
 
 def _iso(match: "re.Match[bytes]") -> float:
     year, month, day, hour, minute, second = (int(match.group(index)) for index in range(1, 7))
-    fraction = float(match.group(7)) if match.group(7) else 0.0
+    fraction = float(match.group(7).replace(b",", b".")) if match.group(7) else 0.0     # dmesg iso: a comma
     zone = match.group(8)
     if zone is None:
         return time.mktime((year, month, day, hour, minute, second, 0, 0, -1)) + fraction

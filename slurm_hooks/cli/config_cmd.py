@@ -40,13 +40,37 @@ def referenced_file_problems(cfg: Config) -> List[str]:
     return problems
 
 
+def kernel_log_warnings(cfg: Config) -> List[str]:
+    """A warning when ``[paths] kernel_log`` is a file whose lines are in a form that cannot tell a
+    kernel record's later lines (a user's text) from the driver's own lines (docs/kernel-log.md)."""
+    path = cfg.section("paths").get("kernel_log", "auto")
+    if path in ("auto", "kmsg", "journal"):
+        return []
+    from healthcheck.kernellog.logfiles import untellable_file_form
+    from healthcheck.kernellog.readers import KernelLogError
+
+    try:
+        form = untellable_file_form(path)
+    except (KernelLogError, OSError):
+        return []                          # not readable here: the hooks say so when they read it
+    if form is None:
+        return []
+    return [f"{cfg.path or 'built-in defaults'}: paths.kernel_log: {path} holds {form}: a user's text "
+            "in a kernel message can be read as a driver line there; use \"kmsg\" or \"journal\" "
+            "(docs/kernel-log.md)"]
+
+
 @config.command("check")
 @click.argument("path", required=False)
 @click.option("--config", "config_path", metavar="PATH", default=None, hidden=True)
 @click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object: v, path (null: built-in defaults), ok, problems, config.")
+              help="Print one JSON object: v, path (null: built-in defaults), ok, problems, config, "
+                   "deprecated, warnings.")
 def check(path: Optional[str], config_path: Optional[str], as_json: bool) -> None:
     """Print the effective config, or each problem as one line and exit 2.
+
+    Older keys, and a [paths] kernel_log file whose lines cannot tell a user's text from the
+    kernel's (dmesg -t, dmesg -S -T: docs/kernel-log.md), are one warning line each on stderr.
 
     PATH defaults to $SLURM_GPU_HOOKS_CONFIG, else /etc/slurm-gpu-hooks/config.toml.
 
@@ -61,7 +85,7 @@ def check(path: Optional[str], config_path: Optional[str], as_json: bool) -> Non
         for line in problems:
             click.echo(line, err=True)
         raise click.exceptions.Exit(EXIT_USAGE)
-    for line in cfg.deprecations():
+    for line in cfg.deprecations() + kernel_log_warnings(cfg):
         click.echo(line, err=True)
     click.echo(f"# effective configuration ({cfg.path or 'built-in defaults'})")
     click.echo(cfg.as_toml(), nl=False)
@@ -81,7 +105,7 @@ def _check_json(path: Optional[str]) -> None:
     else:
         problems = referenced_file_problems(cfg)
         doc = {"path": cfg.path, "ok": not problems, "problems": problems, "config": None if problems else cfg.data,
-               "deprecated": cfg.deprecations()}
+               "deprecated": cfg.deprecations(), "warnings": kernel_log_warnings(cfg)}
     click.echo(json.dumps(versioned(doc), indent=2, sort_keys=False))
     if not doc["ok"]:
         raise click.exceptions.Exit(EXIT_USAGE)
