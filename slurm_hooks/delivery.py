@@ -11,8 +11,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from healthcheck.config import Config
-from healthcheck.records.outbox import (DeliveryReport, DeliverySettings, deliver_pending, has_pending,
-                                        requeue_missing, rescan_due)
+from healthcheck.records.outbox import DeliveryReport, DeliverySettings, has_pending, rescan_due
 
 
 def backend_for(config: Config):
@@ -25,9 +24,10 @@ def deliver(config: Config, backend=None) -> DeliveryReport:
     """Queue what records want but the queue lacks (``requeue_missing``), then deliver."""
     from healthcheck.slurm.job_accounting import SlurmAccounting
 
-    settings = DeliverySettings.from_config(config)
-    requeue_missing(config.state_dir, settings.expire_s)
-    return deliver_pending(config.state_dir, SlurmAccounting(backend or backend_for(config)), settings)
+    from healthcheck.records.outbox import deliver as deliver_queue
+
+    return deliver_queue(config.state_dir, SlurmAccounting(backend or backend_for(config)),
+                         DeliverySettings.from_config(config))
 
 
 def report_lines(report: DeliveryReport) -> List[str]:

@@ -214,6 +214,12 @@ def settles(outcome: Outcome) -> bool:
     return outcome.decision.cause is None or outcome.decision.kind == "drain"
 
 
+def keep(backend: SlurmBackend, node: str, extra: str, rule: str, why: str, dry_run: bool = False) -> Applied:
+    """The node's Extra set to ``extra`` (ours merged in by ``kept.py``), through ``apply``."""
+    return apply(backend, Decision("keep", node, rule, why, reason=extra, scontrol=extra_argv(node, extra)),
+                 dry_run=dry_run)
+
+
 def booted_since_reason(info: Optional[NodeInfo]) -> Optional[bool]:
     """Whether the node booted after its reason was set (Slurm's BootTime and the reason's time;
     None when Slurm did not say both)."""
@@ -349,9 +355,8 @@ class Session:
         extra = kept.forgetting(info.extra, [ledgers.signature_of(before)] if before is not None else [])
         if extra == info.extra:
             return
-        done = apply(self.backend, Decision("keep", self.node, "admin-resume-forget",
-                                            "an admin looked: the reboot count kept in Slurm starts again",
-                                            reason=extra, scontrol=extra_argv(self.node, extra)))
+        done = keep(self.backend, self.node, extra, "admin-resume-forget",
+                    "an admin looked: the reboot count kept in Slurm starts again")
         if not done.done:
             outcome.notes.append(f"reboot count kept in Slurm not cleared: {done.error}")
 

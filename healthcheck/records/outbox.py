@@ -225,6 +225,13 @@ def _backoff(tries: int, settings: DeliverySettings) -> float:
     return min(settings.backoff_max_s, settings.backoff_s * 2.0 ** min(max(0, tries - 1), 30))
 
 
+def deliver(state_dir: str, accounting: Accounting, settings: DeliverySettings) -> DeliveryReport:
+    """Queue what records want but the queue lacks (``requeue_missing``), then deliver: every
+    delivery's one sequence (the epilog's, the detached one, the remediation's before a reboot)."""
+    requeue_missing(state_dir, settings.expire_s)
+    return deliver_pending(state_dir, accounting, settings)
+
+
 def deliver_pending(state_dir: str, accounting: Accounting, settings: DeliverySettings,
                     sleep: Callable[[float], None] = time.sleep, now: Optional[float] = None) -> DeliveryReport:
     """Deliver what the queue holds (under a host-wide lock, ``write_jobs``), oldest first, at most

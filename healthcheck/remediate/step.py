@@ -10,13 +10,13 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..actions import budget
 from ..actions.decision import Decision
-from ..actions.gate import SLURM_UNREACHABLE, Applied, Outcome, Request, Session, apply
+from ..actions.gate import SLURM_UNREACHABLE, Applied, Outcome, Request, Session, apply, keep
 from ..actions import kept, ledger as ledgers
 from ..actions.gpu_reset import reset_argv, reset_target, resolved
 from ..config.settings import RemediatePolicy
 from ..drain_reason import format_reason, parse_reason
 from ..plain import replace
-from ..slurm.backend import NodeInfo, SlurmError, drain_argv, extra_argv, reboot_argv
+from ..slurm.backend import NodeInfo, SlurmError, drain_argv, reboot_argv
 from .plan import (CLAIM_KEY, CLAIM_VALUE, INSPECT_KEY, Situation, Step, inspect_reason, next_step,
                    reason_with, reboot_turn, rebooting, within)
 
@@ -122,16 +122,17 @@ def _remediate(door: Session, rpolicy: RemediatePolicy, ledger, boot_id: str, no
                 step = Step("wait-budget", "reboot-budget", "another node's turn within [remediate] max_rebooting_nodes")
         except SlurmError as exc:
             step = Step("none", "slurm-unreachable", f"Slurm could not be asked for the reboot budget ({exc})")
-    kept = _keep_reboot(door, info, sign, now, rpolicy.window_s) if step.kind == "reboot" else None
+    not_kept = _keep_reboot(door, info, sign, now, rpolicy.window_s) if step.kind == "reboot" else None
+    kept_in_slurm = step.kind == "reboot" and not_kept is None
     outcome = _submit(door, situation, step, boot_id, now)
     outcome.notes[:0] = said
-    if kept is not None:
-        outcome.notes.append(kept)
+    if not_kept is not None:
+        outcome.notes.append(not_kept)
     asked = outcome.applied.done and outcome.decision.kind == "reboot"
-    if undo is not None and not asked:
-        ledger = ledgers.Ledger.from_json(undo)             # no reboot after all: not counted
-    if step.kind == "reboot" and not asked and kept is None:
-        _keep(door, info.extra, "remediate-keep-undo", "no reboot after all: the count kept goes back")
+    if undo is not None and not asked:                      # no reboot after all: not counted, here or in Slurm
+        ledger = ledgers.Ledger.from_json(undo)
+        if kept_in_slurm:
+            _keep(door, info.extra, "remediate-keep-undo", "no reboot after all: the count kept goes back")
     elif outcome.applied.done and outcome.decision.kind == "drain":
         ledger.note_inspect(sign, record.cause, now)
     if asked:
@@ -152,15 +153,11 @@ RECORDS_PER_RUN = 8
 def _records_first(door: Session) -> Tuple[int, Optional[str]]:
     """The node's queued records, delivered before a reboot (at most ``RECORDS_PER_RUN`` jobs, the
     queue's lock waited for briefly): (jobs still queued, one line when some are)."""
-    from ..records.outbox import DeliverySettings, deliver_pending, has_pending, pending, requeue_missing
+    from ..records.outbox import DeliverySettings, deliver, pending
     from ..slurm.job_accounting import SlurmAccounting
 
-    settings = DeliverySettings.from_config(door.config)
-    requeue_missing(door.state_dir, settings.expire_s)
-    if not has_pending(door.state_dir):
-        return 0, None
-    report = deliver_pending(door.state_dir, SlurmAccounting(door.backend),
-                             replace(settings, max_jobs_per_run=RECORDS_PER_RUN, lock_wait_s=2.0))
+    report = deliver(door.state_dir, SlurmAccounting(door.backend),
+                     replace(DeliverySettings.from_config(door.config), max_jobs_per_run=RECORDS_PER_RUN, lock_wait_s=2.0))
     left = len(pending(door.state_dir))
     if not left:
         return 0, None
@@ -170,8 +167,7 @@ def _records_first(door: Session) -> Tuple[int, Optional[str]]:
 
 def _keep(door: Session, extra: str, rule: str, why: str) -> Optional[str]:
     """The node's Extra set to ``extra`` through the gate's edge; a failure as one line."""
-    done = apply(door.backend, Decision("keep", door.node, rule, why, reason=extra,
-                                        scontrol=extra_argv(door.node, extra)), dry_run=door.dry_run)
+    done = keep(door.backend, door.node, extra, rule, why, dry_run=door.dry_run)
     return None if done.done or done.dry_run else f"remediation: reboot count not kept in Slurm ({done.error})"
 
 
