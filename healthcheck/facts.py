@@ -157,6 +157,7 @@ class NvmlFacts:
     gpus: List[GpuFacts] = field(default_factory=list)
     timeout_s: Optional[float] = None
     elapsed_s: Optional[float] = None
+    last_answer_s: Optional[float] = None   # after the probe's start, the slowest GPU that answered
 
 
 @plain

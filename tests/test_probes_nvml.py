@@ -200,3 +200,44 @@ def test_the_imex_probe_reads_the_daemon_and_the_channel_names(tmp_path):
     failed = probe_imex(str(tmp_path / "nodev"), 5.0, str(bin_dir))
     assert (failed.status, failed.daemon, failed.channels) == ("error", None, [])
     assert "cannot connect" in failed.message
+
+
+def _slow_driver(delay_of):
+    """A driver whose GPU i takes ``delay_of(i)`` seconds to give its handle (None: never)."""
+    import threading
+    import time
+
+    never = threading.Event()
+
+    def handle(index):
+        delay = delay_of(index)
+        if delay is None:
+            never.wait(30)
+        else:
+            time.sleep(delay)
+        return index
+
+    return types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlSystemGetDriverVersion=lambda: "570.133.20",
+        nvmlDeviceGetCount=lambda: 4, nvmlDeviceGetHandleByIndex=handle, nvmlDeviceGetName=lambda h: "x",
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}", nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=f"0:{h}:0.0"),
+        nvmlDeviceGetMinorNumber=lambda h: h)
+
+
+def test_last_answer_says_when_the_slowest_gpu_that_answered_did():
+    facts = probe_nvml(_slow_driver(lambda i: None if i == 3 else 0.0), timeout_s=1.0, features=())
+    assert [g.state for g in facts.gpus] == ["ok", "ok", "ok", "hang"]
+    assert facts.last_answer_s is not None and facts.last_answer_s < 0.5
+
+    # siblings that answer one after another until the deadline: a slow host
+    facts = probe_nvml(_slow_driver(lambda i: 0.35 * (i + 1)), timeout_s=1.0, features=())
+    assert [g.state for g in facts.gpus][-1] == "hang" and facts.last_answer_s >= 0.5
+
+
+def test_an_answer_without_its_stamp_counts_as_late():
+    records = [("node", {"status": "ok", "device_count": 2, "probed": [0, 1]}),
+               ("gpu", gather_gpu(_slow_driver(lambda i: 0.0), 0, frozenset()))]
+    facts = assemble(records, timed_out=True, error=None, timeout_s=5.0, started=100.0)
+    assert facts.last_answer_s == 5.0
+    stamped = assemble(records + [("answered", (0, 100.25))], timed_out=True, error=None, timeout_s=5.0, started=100.0)
+    assert stamped.last_answer_s == 0.25

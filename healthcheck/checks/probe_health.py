@@ -10,6 +10,10 @@ from typing import List
 from ..findings import Finding
 from .base import CheckInput
 
+# A GPU that hangs is one broken GPU only when every sibling answered within this share of the
+# deadline: the hung one then had the rest of it alone.
+LONE_HANG_ANSWERED_WITHIN = 0.5
+
 
 def _unanswered(finding: Finding) -> Finding:
     """The probe did not answer: a fact on the finding (``findings.unseen`` decides on it)."""
@@ -32,14 +36,25 @@ def probe_findings(inp: CheckInput) -> List[Finding]:
                                                     evidence={"error": nvml.message})))
         # One GPU that does not answer while the driver and its siblings do is a broken GPU; when
         # none answers, the driver itself hangs (ambiguous: see findings.without_timeout_drains).
+        # Siblings that answered only in the deadline's second half say the host was too slow to
+        # finish (a starved node, hundreds of hooks at once), not that one GPU hangs: ambiguous too.
         answered = [gpu.index for gpu in nvml.gpus if gpu.state != "hang"]
+        late = nvml.last_answer_s
+        early = late is not None and late <= limit * LONE_HANG_ANSWERED_WITHIN
         for gpu in inp.gpus_in_scope():
             if gpu.state == "hang":
-                alone = dict(evidence, answered_gpus=len(answered)) if answered else evidence
+                if answered and early:
+                    alone = dict(evidence, answered_gpus=len(answered), last_answer_s=late)
+                    told = f" while {len(answered)} other GPU(s) did"
+                elif answered:
+                    alone = dict(evidence, answered_late_gpus=len(answered), last_answer_s=late)
+                    told = (f"; {len(answered)} other GPU(s) answered only late"
+                            + (f" (after {late:g} s)" if late is not None else "") + ": a slow host, not one GPU")
+                else:
+                    alone, told = evidence, ""
                 findings.append(_unanswered(inp.finding(
                     "probe.timeout", "error",
-                    f"{gpu.subject()} did not answer NVML within {limit:g} s"
-                    + (f" while {len(answered)} other GPU(s) did" if answered else ""),
+                    f"{gpu.subject()} did not answer NVML within {limit:g} s" + told,
                     gpu=gpu, evidence=alone)))
     ib = inp.ib
     if ib is not None:

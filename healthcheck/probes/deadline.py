@@ -62,6 +62,11 @@ class ChildProbe:
         self.pid, self._read_fd = pid, read_fd
         return self
 
+    @property
+    def started(self) -> float:
+        """When the deadline began (``time.monotonic()``), the zero of the child's time stamps."""
+        return self._started
+
     def wait(self) -> Outcome:
         if self.pid is None and self._outcome is None:
             self.start()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -42,16 +43,21 @@ def start_nvml_probe(nvml: ModuleType, timeout_s: float, features: Iterable[str]
 
 def nvml_facts(child) -> NvmlFacts:
     outcome = child.wait()
-    return assemble(outcome.records, outcome.timed_out, outcome.error, child.timeout_s, outcome.elapsed_s)
+    return assemble(outcome.records, outcome.timed_out, outcome.error, child.timeout_s, outcome.elapsed_s,
+                    started=child.started)
 
 
 def assemble(records: List[Any], timed_out: bool, error: Optional[str], timeout_s: float,
-             elapsed_s: float = 0.0) -> NvmlFacts:
-    """Facts from the child's records; GPUs that never reported did not answer in time."""
+             elapsed_s: float = 0.0, started: Optional[float] = None) -> NvmlFacts:
+    """Facts from the child's records; GPUs that never reported did not answer in time.
+
+    ``started``: the probe's start on the monotonic clock the child stamps its answers with;
+    from it, ``last_answer_s`` (when the slowest GPU that answered did so)."""
     facts = NvmlFacts(timeout_s=timeout_s, elapsed_s=elapsed_s)
     node: Optional[Dict[str, Any]] = None
     identities: Dict[int, Dict[str, Any]] = {}
     done: Dict[int, GpuFacts] = {}
+    answered_at: Dict[int, float] = {}
     for kind, value in records:
         if kind == "node":
             node = value
@@ -59,6 +65,13 @@ def assemble(records: List[Any], timed_out: bool, error: Optional[str], timeout_
             identities[value["index"]] = value
         elif kind == "gpu":
             done[value.index] = value
+        elif kind == "answered":
+            answered_at[value[0]] = value[1]
+    if started is not None and done:
+        # A GPU whose answer carries no stamp (cut between the two records) counts as answering
+        # at the deadline: the late end, so a slow host is never read as one hung GPU.
+        stamps = [answered_at.get(index, started + timeout_s) - started for index in done]
+        facts.last_answer_s = round(max(0.0, max(stamps)), 3)
     if node is None:
         facts.status = "timeout" if timed_out else "crashed"
         facts.message = error or ""
@@ -122,6 +135,10 @@ def _gather_gpu_safely(nvml: ModuleType, index: int, wanted: frozenset, emit: Em
         emit(("gpu", gather_gpu(nvml, index, wanted, emit)))
     except Exception as exc:  # noqa: BLE001 - a probe bug on one GPU must not hide the others
         emit(("gpu", GpuFacts(index=index, state="error", error=f"{type(exc).__name__}: {exc}")))
+    # When it answered, on the clock the parent started its deadline on (CLOCK_MONOTONIC is one
+    # clock for the whole host): whether the siblings of a GPU that hangs answered early (one
+    # broken GPU) or only late (a host too slow to finish; checks.probe_health tells them apart).
+    emit(("answered", (index, time.monotonic())))
 
 
 class _Lost(Exception):
