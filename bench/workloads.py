@@ -117,6 +117,7 @@ _SCONTROL = """#!/bin/sh
 # A stand-in for scontrol in the benchmark: answers like Slurm 22.05, counts its calls, and
 # timestamps each drain request (bench/run's xid_to_drain_s).
 echo "scontrol $*" >> "{calls}"
+[ "$1" = "--local" ] && shift
 case "$1 $2" in
   "show job") echo "JobId={job} JobName=train UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A Priority=4294901759 Nice=0 Account=ml QOS=normal JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=01:00:03 TimeLimit=02:00:00 TimeMin=N/A SubmitTime=2026-11-30T10:00:00 EligibleTime=2026-11-30T10:00:00 AccrueTime=2026-11-30T10:00:00 StartTime=2026-11-30T10:00:01 EndTime=2026-11-30T11:00:04 Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T10:00:01 Scheduler=Main Partition=gpu AllocNode:Sid=login1:4242 ReqNodeList=(null) ExcNodeList=(null) NodeList={node} BatchHost={node} NumNodes=1 NumCPUs=64 NumTasks=8 CPUs/Task=8 ReqB:S:C:T=0:0:*:* TRES=cpu=64,mem=512G,node=1,billing=64,gres/gpu=8 Socks/Node=* NtasksPerN:B:S:C=8:0:*:* CoreSpec=* MinCPUsNode=64 MinMemoryNode=512G MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/home/alice/train.sh WorkDir=/home/alice StdErr=/home/alice/slurm-{job}.out StdIn=/dev/null StdOut=/home/alice/slurm-{job}.out Power= TresPerNode=gres:gpu:8" ;;
   "update nodename="*) PATH=/usr/bin:/bin date +%s.%N >> "{drains}" ;;

@@ -60,7 +60,7 @@ with open(os.path.join(here, "node.lock"), "w") as lock:
         with open(node_file + ".tmp", "w") as handle:
             handle.write(line + "\n")
         os.replace(node_file + ".tmp", node_file)
-    elif name == "scontrol" and args[:2] == ["show", "job"]:
+    elif name == "scontrol" and [a for a in args if a != "--local"][:2] == ["show", "job"]:
         print(f"slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         sys.exit(1)
     elif name == "sacct":

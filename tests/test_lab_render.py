@@ -50,6 +50,10 @@ def test_slurm_conf_installs_every_hook_and_the_lab_settings():
                        "SlurmdTimeout": "10", "SlurmdParameters": "config_overrides", "MinJobAge": "600",
                        "PreemptType": "preempt/partition_prio", "GresTypes": "gpu"}.items():
         assert conf[key] == value, key
+    # bench/scale's baseline (`lab up --hooks-off`): the same cluster with no hook named
+    off = conf_dict(render.slurm_conf(LAB, options(hooks=False)))
+    hooks = {"Prolog", "Epilog", "EpilogSlurmctld", "HealthCheckProgram", "HealthCheckInterval", "TaskProlog"}
+    assert not hooks & set(off) and {k: v for k, v in conf.items() if k not in hooks | {"HealthCheckNodeState"}} == off
     # the lab's own munged, for the cluster and for slurmdbd connections alike
     assert conf["AuthInfo"] == f"socket={LAB.munge_socket}"
     assert conf["AccountingStoragePass"] == LAB.munge_socket

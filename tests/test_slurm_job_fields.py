@@ -86,7 +86,7 @@ def test_a_name_that_forges_the_whole_start_of_the_record_changes_nothing():
 
 def test_squeue_is_asked_for_that_one_job_and_fields_no_user_chooses():
     argv = squeue_job_argv("42")
-    assert argv[:5] == ["-h", "-t", "all", "-j", "42"]
+    assert argv[:6] == ["--local", "-h", "-t", "all", "-j", "42"]      # no federation lookup
     asked = {field.split(":")[0].lower() for field in argv[-1].split(",")}
     assert {"state", "reason", "exit_code", "preempttime", "restartcnt"} <= asked
     assert not {"name", "comment", "workdir", "command", "stdout", "stderr", "stdin", "admin_comment"} & asked

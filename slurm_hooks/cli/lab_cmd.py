@@ -77,12 +77,16 @@ def lab() -> None:
               help="The nodes boot as a diskless image does (Warewulf): the lab's RebootProgram empties a "
                    "rebooted node's state and runtime directories (its simulated GPUs stay). The next "
                    "`lab up` without it turns it off.")
+@click.option("--hooks-off", "hooks_off", is_flag=True,
+              help="The baseline bench/scale measures the hooks against: slurm.conf names no Prolog, Epilog, "
+                   "EpilogSlurmctld, HealthCheckProgram or TaskProlog, and no slurm-gpu-watch runs. The next "
+                   "`lab up` without it puts them back.")
 @click.option("--clean", is_flag=True,
               help="Stop the lab and wipe what earlier runs left (the hooks' state and outbox, jobs' output, "
                    "slurmctld's state, the slurmd spools, the accounting database) before starting it.")
 @_guarded
 def up(directory: Optional[str], version: Optional[str], health_interval: Optional[int], nodes: Optional[int],
-       stateless_nodes: bool, clean: bool) -> None:
+       stateless_nodes: bool, hooks_off: bool, clean: bool) -> None:
     """Install what is missing, start every daemon and one slurm-gpu-watch per node, install the
     hooks (idempotent).
 
@@ -92,7 +96,7 @@ def up(directory: Optional[str], version: Optional[str], health_interval: Option
 
     paths = _lab_paths(directory)
     cluster.up(paths, click.echo, version, health_interval=health_interval, clean=clean, nodes=nodes,
-               stateless_nodes=stateless_nodes)
+               stateless_nodes=stateless_nodes, hooks=not hooks_off)
     for line in cluster.describe_up(paths):
         click.echo(line)
 

@@ -189,12 +189,14 @@ def check_lab_dir(lab: LabPaths) -> None:
 
 def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None,
        health_interval: Optional[int] = None, clean: bool = False, nodes: Optional[int] = None,
-       stateless_nodes: bool = False) -> Dict[str, object]:
+       stateless_nodes: bool = False, hooks: bool = True) -> Dict[str, object]:
     """Bring the lab up on Slurm ``version`` (None: the default release). ``health_interval``:
     slurm.conf's HealthCheckInterval (None: the lab's default, 10 s). ``nodes``: how many nodes,
     gpu1..gpuN (None: the default 3); another count than the running lab's stops it first.
     ``stateless_nodes``: a node's reboot empties its state as a diskless image's does
-    (``stateless.py``; off again at the next ``up`` without it). ``clean``: stop the lab
+    (``stateless.py``; off again at the next ``up`` without it). ``hooks`` False: slurm.conf
+    names no hook and no watcher runs (bench/scale's baseline; on again at the next ``up``
+    without it). ``clean``: stop the lab
     and wipe its state first (``wipe_state``): the cluster and the hooks start as on a new
     machine, whatever an earlier run left."""
     require_root()
@@ -205,7 +207,7 @@ def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None
         if clean:
             _down(lab, echo)
             wiped = wipe_state(lab, make_say(lab, echo))
-        result = _up(lab, echo, release, health_interval, nodes)
+        result = _up(lab, echo, release, health_interval, nodes, hooks)
         stateless.set_stateless(lab, stateless_nodes)
         result["wiped"], result["stateless"] = wiped, stateless_nodes
         return result
@@ -256,7 +258,8 @@ def switch_release(lab: LabPaths, release: releases.Release, echo: Callable[[str
 
 
 def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
-        health_interval: Optional[int] = None, nodes: Optional[int] = None) -> Dict[str, object]:
+        health_interval: Optional[int] = None, nodes: Optional[int] = None,
+        hooks: bool = True) -> Dict[str, object]:
     began = time.monotonic()
     before = switch_release(lab, release, echo)
     resized = resize(lab, nodes or P.DEFAULT_NODE_COUNT, echo)
@@ -285,6 +288,7 @@ def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
     opts = render.RenderOptions.for_release(lab, release)
     if health_interval is not None:
         opts = dataclasses.replace(opts, health_interval=health_interval)
+    opts = dataclasses.replace(opts, hooks=hooks)
     changed = render_all(lab, opts)
     check_hooks_config(lab)
     make_fake_gpus(lab)
@@ -313,7 +317,11 @@ def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
     nodes = lab.nodes()
     D.wait_for(f"nodes {render.nodelist(nodes)}", lambda: all(D.node_responding(D.node_states(lab).get(n, ""))
                                                           for n in nodes), 30, log_hint=lab.log)
-    started += watchers.start_all(lab, say)
+    if hooks:
+        started += watchers.start_all(lab, say)
+    else:
+        stopped = watchers.stop_all(lab, say)
+        say("hooks off: slurm.conf names no hook" + (f"; stopped {', '.join(stopped)}" if stopped else ""))
     started += monitoring.up(lab, say)
     elapsed = time.monotonic() - began
     say(f"lab up ({release.describe()}) in {elapsed:.1f} s "

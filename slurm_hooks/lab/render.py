@@ -60,6 +60,8 @@ class RenderOptions:
     rootfs: str = ""
     slurm_bin: str = ""
     marker: str = ""        # the file that exists only inside that root filesystem
+    # False: slurm.conf names none of the hooks (``lab up --hooks-off``, bench/scale's baseline).
+    hooks: bool = True
 
     @classmethod
     def here(cls) -> "RenderOptions":
@@ -155,7 +157,7 @@ def slurm_conf(lab: LabPaths, opts: RenderOptions) -> str:
         epilog_slurmctld=conf_value(lab.hook("epilog-slurmctld")),
         healthcheck=conf_value(lab.hook("healthcheck")),
         taskprolog=conf_value(lab.hook("taskprolog")), reboot=conf_value(lab.hook("reboot")),
-        health_interval=opts.health_interval, node_lines="\n".join(lines),
+        health_interval=opts.health_interval, node_lines="\n".join(lines), off="" if opts.hooks else "#",
         nodelist=nodelist(opts.nodes))
 
 
