@@ -91,11 +91,13 @@ def pytest_collection_modifyitems(session, config, items):
     # The job-class, Actions and storm tests inject faults too, and a fault found within
     # `late_evidence_window_s` of a job's end may amend that job's class: they run after the
     # tests that read the scenario jobs' classes. So does the TaskProlog test (an IB port down).
+    # The 32-node test runs last before `lab down`: it restarts the lab twice (32 nodes, then 3).
     def group(item) -> int:
         for rank, module in enumerate(("test_lab_job_classes", "test_lab_actions", "test_lab_gate", "test_lab_served_hooks", "test_lab_taskprolog",
                                        "test_lab_storm", "test_lab_monitoring", "test_lab_healthcheck", "test_lab_remediate",
                                        "test_lab_boot_check",
                                        "test_lab_watch",
+                                       "test_lab_scale",
                                        "test_lab_down"), start=1):
             if module in item.nodeid:
                 return rank

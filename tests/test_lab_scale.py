@@ -1,0 +1,43 @@
+"""bench/scale's readings (slurm_hooks/lab/scale.py), on a real sdiag capture and this process's /proc."""
+from __future__ import annotations
+
+import os
+
+from slurm_hooks.lab import scale
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_sdiag_tables_by_type_and_by_user_from_a_real_capture():
+    with open(os.path.join(HERE, "data", "sdiag", "sdiag-24.11.txt"), encoding="utf-8") as handle:
+        tables = scale.parse_sdiag(handle.read())
+    assert tables["by_type"] == {"REQUEST_COMPLETE_PROLOG": 200, "REQUEST_COMPLETE_BATCH_SCRIPT": 200,
+                                 "REQUEST_STATS_INFO": 2, "MESSAGE_EPILOG_COMPLETE": 2,
+                                 "REQUEST_SUBMIT_BATCH_JOB": 1, "MESSAGE_NODE_REGISTRATION_STATUS": 1}
+    assert tables["by_user"] == {"root": 406}
+    # the scheduler's statistics above the tables (counts, cycles) are not RPCs
+    assert "Jobs submitted" not in tables["by_type"] and scale.hook_rpcs(tables["by_type"]) == 0
+
+
+def test_hook_rpcs_counts_only_what_a_hook_can_send():
+    by_type = {"REQUEST_JOB_INFO_SINGLE": 200, "REQUEST_FED_INFO": 3, "REQUEST_COMPLETE_PROLOG": 200,
+               "REQUEST_UPDATE_NODE": 2}
+    assert scale.hook_rpcs(by_type) == 205
+    assert scale.minus({"a": 5, "b": 1}, {"a": 2, "c": 4}) == {"a": 3, "b": 1, "c": -4}
+
+
+def test_percentiles_are_nearest_rank():
+    values = [float(v) for v in range(1, 101)]
+    assert (scale.percentile(values, 0.5), scale.percentile(values, 0.99)) == (50.0, 99.0)
+    assert scale.percentile([], 0.5) is None and scale.percentile([3.0], 0.99) == 3.0
+
+
+def test_proc_readings_of_a_live_process():
+    pid = os.getpid()
+    cpu, status = scale.cpu_seconds(pid), scale.status(pid)
+    assert cpu["self"] > 0 and cpu["children"] >= 0
+    assert status["VmHWM"] >= status["VmRSS"] > 0 and status["switches"] > 0 and status["fds"] >= 3
+    before = {"x": {"self": 1.0, "children": 2.0}}
+    after = {"x": {"self": 1.5, "children": 2.25}}
+    assert scale.cpu_between(before, after, ["x"]) == 0.5 and scale.cpu_between(before, after, ["x"], "children") == 0.25
+    assert scale.cpu_seconds(2 ** 22 + 7) == {}         # gone: nothing, no exception
