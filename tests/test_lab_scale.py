@@ -41,3 +41,12 @@ def test_proc_readings_of_a_live_process():
     after = {"x": {"self": 1.5, "children": 2.25}}
     assert scale.cpu_between(before, after, ["x"]) == 0.5 and scale.cpu_between(before, after, ["x"], "children") == 0.25
     assert scale.cpu_seconds(2 ** 22 + 7) == {}         # gone: nothing, no exception
+
+
+def test_slurmdbd_tables_read_alike_and_writes_are_job_modifications():
+    with open(os.path.join(HERE, "data", "sdiag", "sacctmgr-show-stats-24.11.txt"), encoding="utf-8") as handle:
+        tables = scale.parse_sdiag(handle.read())
+    assert tables["by_type"]["DBD_JOB_START"] >= 200 and tables["by_type"]["DBD_GET_JOBS_COND"] >= 1
+    assert "Internal DBD rollup last ran" not in str(tables) and set(tables["by_user"]) == {"root"}
+    assert scale.dbd_writes({"DBD_MODIFY_JOB": 7, "DBD_JOB_START": 9}) == 7
+    assert scale.dbd_writes(tables["by_type"]) == 0          # no record delivered in that window

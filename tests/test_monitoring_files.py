@@ -183,3 +183,22 @@ def test_promtool_fails_when_an_alert_fires_for_the_foreign_drain(tmp_path):
     done = subprocess.run([promtool(), "test", "rules", str(tests / os.path.basename(RULES_TESTS))],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "foreign" in done.stdout + done.stderr
+
+
+def test_the_demos_alert_is_the_drained_nodes_own():
+    """The demo printed a firing SlurmGpuNodeDrained of a node resumed two minutes earlier instead of
+    the node it had just drained: `slurm-gpu lab alert NAME NODE` keeps that node's alone."""
+    from slurm_hooks.lab import monitoring
+
+    def alert(node, state="firing", name="SlurmGpuNodeDrained"):
+        return {"labels": {"alertname": name, "node": node, "cause": "gpu.ecc.uncorrectable gpu3"},
+                "annotations": {"summary": f"{node} drained"}, "state": state}
+    alerts = [alert("gpu1"), alert("gpu2", "pending"), alert("gpu2", name="SlurmGpuActionsOff"), "junk"]
+    assert monitoring.firing_for(alerts, "SlurmGpuNodeDrained", "gpu2") == []
+    alerts.append(alert("gpu2"))
+    [found] = monitoring.firing_for(alerts, "SlurmGpuNodeDrained", "gpu2")
+    assert monitoring.alert_line(found) == ("FIRING SlurmGpuNodeDrained node=gpu2 cause=gpu.ecc.uncorrectable gpu3: "
+                                            "gpu2 drained")
+    with open(os.path.join(ROOT, "scripts", "demo"), encoding="utf-8") as handle:
+        demo = handle.read()
+    assert "slurm-gpu lab alert SlurmGpuNodeDrained gpu2" in demo and "slurm-gpu sim inject gpu2" in demo

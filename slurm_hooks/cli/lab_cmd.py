@@ -1,4 +1,4 @@
-"""``slurm-gpu lab up | down | status | env | scenarios``: a real Slurm cluster on this
+"""``slurm-gpu lab up | down | status | env | scenarios | alert``: a real Slurm cluster on this
 machine with this project's hooks installed; the demo and the ground for the end-to-end
 tests. These command names are a contract: tests outside the project call them."""
 from __future__ import annotations
@@ -165,6 +165,30 @@ def capture(directory: Optional[str], out: Optional[str]) -> None:
     from slurm_hooks.lab.capture import capture as run_capture
 
     run_capture(_lab_paths(directory), out, click.echo)
+
+
+@lab.command()
+@click.argument("alertname")
+@click.argument("node")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0, max=3600), default=0, metavar="SECONDS",
+              help="Ask the lab's Prometheus again every second until it fires, at most this long.")
+@_guarded
+def alert(alertname: str, node: str, wait_s: float) -> None:
+    """Print ALERTNAME firing for NODE in the lab's Prometheus (exit 0), or say it is not (exit 1).
+    Only that node's alert: another node's (one resumed minutes ago) is not printed.
+
+    Example: slurm-gpu lab alert SlurmGpuNodeDrained gpu2 --wait 90
+    """
+    import os
+
+    from slurm_hooks.lab import monitoring
+
+    base = os.environ.get(monitoring.PROMETHEUS_ENV) or monitoring.prometheus_url()
+    found = monitoring.wait_firing(base, alertname, node, wait_s)
+    for item in found:
+        click.echo(monitoring.alert_line(item))
+    if not found:
+        fail(f"lab: {alertname} is not firing for {node} (see {base}/alerts)", EXIT_FAILED)
 
 
 @lab.command()

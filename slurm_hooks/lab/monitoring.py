@@ -250,3 +250,37 @@ def query(expr: str, base: Optional[str] = None) -> List[dict]:
     if doc.get("status") != "success":
         raise LabError(f"Prometheus query {expr!r} failed: {doc.get('error')}")
     return doc["data"]["result"]
+
+
+# -- alerts ---------------------------------------------------------------------------------------
+def firing_for(alerts: List[Dict], alertname: str, node: str) -> List[Dict]:
+    """Of Prometheus's ``/api/v1/alerts`` list, ``alertname`` firing for ``node`` only: another
+    node's alert (one resumed minutes ago, still firing until its next textfile is scraped) is
+    not the one a drain of ``node`` fired."""
+    return [a for a in alerts if isinstance(a, dict) and a.get("state") == "firing"
+            and (a.get("labels") or {}).get("alertname") == alertname
+            and (a.get("labels") or {}).get("node") == node]
+
+
+def alert_line(alert: Dict) -> str:
+    labels, notes = alert.get("labels") or {}, alert.get("annotations") or {}
+    return (f"FIRING {labels.get('alertname', '')} node={labels.get('node', '')} cause={labels.get('cause', '')}: "
+            f"{notes.get('summary', '')}")
+
+
+def wait_firing(base: str, alertname: str, node: str, timeout: float) -> List[Dict]:
+    """``alertname`` firing for ``node`` in the Prometheus at ``base``, polled until ``timeout``."""
+    import json
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/api/v1/alerts", timeout=5) as answer:
+                alerts = json.load(answer).get("data", {}).get("alerts", [])
+        except (OSError, ValueError) as exc:
+            raise LabError(f"Prometheus at {base}: {exc}") from None
+        found = firing_for(alerts, alertname, node)
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(1)

@@ -28,7 +28,8 @@ CONTROLLER = ("slurmctld", "slurmscriptd", "slurmdbd", "mariadbd")
 
 
 def parse_sdiag(text: str) -> Dict[str, Dict[str, int]]:
-    """``sdiag``'s two RPC tables: {"by_type": {name: count}, "by_user": {name: count}}."""
+    """``sdiag``'s two RPC tables: {"by_type": {name: count}, "by_user": {name: count}}; slurmdbd's
+    (``sacctmgr show stats``) are in the same form."""
     tables: Dict[str, Dict[str, int]] = {"by_type": {}, "by_user": {}}
     current: Optional[Dict[str, int]] = None
     for line in text.splitlines():
@@ -48,6 +49,11 @@ def parse_sdiag(text: str) -> Dict[str, Dict[str, int]]:
 def hook_rpcs(by_type: Mapping[str, int]) -> int:
     """The RPCs of the types a hook sends (``HOOK_RPC_TYPES``)."""
     return sum(by_type.get(name, 0) for name in HOOK_RPC_TYPES)
+
+
+def dbd_writes(by_type: Mapping[str, int]) -> int:
+    """slurmdbd's job modifications (``sacctmgr modify job ... set AdminComment=``: our records)."""
+    return sum(count for name, count in by_type.items() if name.startswith("DBD_MODIFY"))
 
 
 def minus(on: Mapping[str, float], off: Mapping[str, float]) -> Dict[str, float]:

@@ -14,6 +14,8 @@ import pytest
 
 from slurm_hooks.lab import monitoring
 
+from .conftest import slurm_gpu
+
 from .test_lab_healthcheck import DBE, NODES, backend, clean, gpu, sim, wait_for  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.lab
@@ -83,5 +85,54 @@ def test_a_node_drained_for_a_dbe_fires_slurm_gpu_node_drained(lab, gpu, clean):
     alert = wait_for("SlurmGpuNodeDrained firing for gpu2", lambda: firing(lab, "SlurmGpuNodeDrained", "gpu2"), 90)
     assert alert["labels"]["cause"] == "gpu.ecc.uncorrectable gpu3"
     assert "gpu2" in alert["annotations"]["summary"]
+    # the demo's payoff: `lab alert` prints gpu2's alert and no other node's
+    shown = slurm_gpu("lab", "alert", "SlurmGpuNodeDrained", "gpu2", env=lab.env)
+    assert shown.returncode == 0 and shown.stdout.startswith("FIRING SlurmGpuNodeDrained node=gpu2 "), shown
+    assert [line for line in shown.stdout.splitlines() if "node=gpu2 " not in line] == []
     decision = query(lab, 'slurm_gpu_health_drained{node="gpu2"} == 1')
     assert decision and decision[0]["metric"]["cause"] == "gpu.ecc.uncorrectable gpu3"
+
+
+def test_records_that_wait_for_accounting_fire_slurm_gpu_records_not_delivered_until_delivered(lab):
+    """slurmdbd stopped, a job ends on gpu2: its entry waits in the outbox. The shipped rule fires
+    once the oldest entry has waited 10 minutes; here the entry's queue time (its file's mtime,
+    what the metric reads) is set 11 minutes back instead of stopping slurmdbd that long. slurmdbd
+    back, the entry delivered: the alert clears."""
+    import time
+
+    from healthcheck.config import Config
+    from healthcheck.records import outbox, outbox_stats
+    from slurm_hooks.lab import daemons
+
+    from .conftest import slurm_gpu
+    from .test_lab_job_classes import admin_comment, submit, wait_ended
+    from healthcheck.records import admin_comment as ac
+
+    state_dir = Config.load(lab.env["SLURM_GPU_HOOKS_CONFIG"]).state_dir
+    queue = outbox_stats.outbox_dir(state_dir)
+    dbd = daemons.by_name(lab.paths, "slurmdbd")
+    try:
+        assert daemons.stop(lab.paths, [dbd], lambda line: None) == ["slurmdbd"]
+        job = submit(lab, "-w", "gpu2", "--gres=gpu:1", "--wrap", "true")
+        wait_ended(lab, job)
+        wait_for("the entry queued while accounting is down", lambda: job in set(outbox.pending(state_dir)), 30)
+        long_ago = time.time() - 660
+        for name in os.listdir(queue):
+            if outbox_stats.is_queue_file(name):
+                os.utime(os.path.join(queue, name), (long_ago, long_ago))
+        alert = wait_for("SlurmGpuRecordsNotDelivered firing for gpu2",
+                         lambda: firing(lab, "SlurmGpuRecordsNotDelivered", "gpu2"), 120)
+        assert alert["annotations"]["runbook_url"].startswith("docs/operations.md#")
+    finally:
+        assert daemons.start(lab.paths, dbd, lambda line: None) or dbd.pid(lab.paths) is not None
+
+    def delivered():
+        if ac.parse(admin_comment(lab, job)):
+            return True
+        submit(lab, "-w", "gpu3", "--wrap", "true")      # any later hook run delivers what is queued
+        time.sleep(3)
+        return False
+    wait_for("the queued entry in accounting", delivered, timeout=120, every=1)
+    wait_for("SlurmGpuRecordsNotDelivered cleared for gpu2",
+             lambda: firing(lab, "SlurmGpuRecordsNotDelivered", "gpu2") is None, 120, every=2)
+    assert slurm_gpu("lab", "status", env=lab.env).returncode == 0

@@ -2,7 +2,7 @@
 (`slurm-gpu lab up --nodes 32`) and an array of 200 one-GPU tasks ending within a minute. Every
 task's record reaches accounting, no node is drained, and what the hooks asked slurmctld (sdiag,
 zeroed first) stays within docs/scale.md's targets: the healthy prologs and health checks ask
-nothing, each node epilog reads its job once (no federation lookup).
+nothing, each node epilog and the EpilogSlurmctld read the job once each (no federation lookup).
 
 bench/scale measures the same with the hooks off beside it, at 64 and 256 nodes."""
 from __future__ import annotations
@@ -65,9 +65,10 @@ def test_a_200_task_array_on_32_nodes_records_every_task_and_asks_slurmctld_litt
     assert {e.get("class") for r in records for e in ac.parse(r[2])} == {"COMPLETED"}
 
     rpcs = scale.parse_sdiag(lab.run("sdiag").stdout)["by_type"]
-    # one job read per node epilog (scontrol --local --json show job), nothing else of a hook's
+    # one job read per node epilog and one by the EpilogSlurmctld (scontrol --local --json show
+    # job), nothing else of a hook's: a one-node job costs slurmctld 2 RPCs of ours
     assert rpcs.get("REQUEST_FED_INFO", 0) == 0, rpcs
-    assert rpcs.get("REQUEST_JOB_INFO_SINGLE", 0) <= TASKS, rpcs
+    assert rpcs.get("REQUEST_JOB_INFO_SINGLE", 0) <= 2 * TASKS, rpcs
     assert scale.hook_rpcs(rpcs) <= 2 * TASKS, rpcs
     assert rpcs.get("REQUEST_UPDATE_NODE", 0) == 0, rpcs              # no drain, no note
     assert lab.run("sinfo", "-R", "-h").stdout.strip() == ""
