@@ -14,6 +14,8 @@ import subprocess
 import pytest
 
 from healthcheck.health.outputs import families
+from healthcheck.watch.series import Snapshot
+from healthcheck.watch.series import families as watch_families
 
 from .conftest import ETC, ROOT
 from .test_health_run import Node
@@ -21,7 +23,8 @@ from .test_health_run import Node
 RULES = os.path.join(ETC, "prometheus", "slurm-gpu-hooks.rules.yml")
 RULES_TESTS = os.path.join(ROOT, "tests", "data", "prometheus", "slurm-gpu-hooks.rules.test.yml")
 DASHBOARD = os.path.join(ETC, "grafana", "slurm-gpu-hooks.json")
-METRIC = re.compile(r"\bslurm_gpu_health_[a-z_]+")
+# The health check's series and slurm-gpu-watch's (healthcheck/watch/series.py).
+METRIC = re.compile(r"\bslurm_gpu_(?:health|watch)_[a-z_]+")
 # runbook_url is a docs page's section as a path from the source tree's root (how the project names
 # its docs everywhere), its anchor as GitHub renders the heading.
 RUNBOOK = re.compile(r"^docs/([\w-]+\.md)#([\w-]+)$")
@@ -38,8 +41,10 @@ def promtool() -> str:
 
 
 def written_metrics(tmp_path):
-    """The series names in the textfile (a histogram's _bucket, _sum and _count)."""
-    return {name for family in families(Node(tmp_path).run_once()) for name in family.series_names()}
+    """The series names in the health check's and the watcher's textfiles (a histogram's _bucket,
+    _sum and _count)."""
+    written = families(Node(tmp_path).run_once()) + watch_families(Snapshot())
+    return {name for family in written for name in family.series_names()}
 
 
 def dashboard_exprs():
@@ -71,7 +76,7 @@ def test_the_rules_name_only_metrics_the_tool_writes(tmp_path):
     assert named and named <= written_metrics(tmp_path)
     alerts = re.findall(r"^\s+- alert: (\S+)$", text, flags=re.M)
     assert {"SlurmGpuNodeDrained", "SlurmGpuDrainBudgetBlocked", "SlurmGpuHealthChecksNotRunning",
-            "SlurmGpuSlurmUnreachable"} <= set(alerts)
+            "SlurmGpuSlurmUnreachable", "SlurmGpuWatcherStalled"} <= set(alerts)
 
 
 def test_the_dashboard_queries_exactly_the_metrics_the_tool_writes(tmp_path):
@@ -162,6 +167,9 @@ def test_every_alert_has_a_unit_test_and_a_runbook_that_exists():
      "SlurmGpuNodeDrained: runbook_url docs/gone.md#slurmgpunodedrained names no section of the docs"),
     (lambda rules, tests: (rules, tests.replace('slurm_gpu_health_slurm_up{node="foreign"', 'slurm_gpu_health_slurm_up{node="x"')),
      "SlurmGpuSlurmUnreachable: no slurm_gpu_health_slurm_up series for the foreign node"),
+    (lambda rules, tests: (rules, tests.replace('slurm_gpu_watch_last_look_timestamp_seconds{node="healthy"',
+                                                'slurm_gpu_watch_last_look_timestamp_seconds{node="x"')),
+     "SlurmGpuWatcherStalled: no slurm_gpu_watch_last_look_timestamp_seconds series for the healthy node"),
 ])
 def test_the_alert_check_finds_what_is_missing(change, said):
     """The check above can fail: each thing it holds, taken away from the shipped files."""

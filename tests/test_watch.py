@@ -106,7 +106,10 @@ class Node:
         self.log.write_text("")
         self.state = tmp_path / "state"
         self.config_path = tmp_path / "config.toml"
-        self.config_path.write_text(f'[paths]\nstate_dir = "{self.state}"\nkernel_log = "{self.log}"\n{extra}')
+        # The watcher's textfile ([health] textfile_dir) here, never in the host's node_exporter directory.
+        self.metrics = tmp_path / "metrics"
+        self.config_path.write_text(f'[paths]\nstate_dir = "{self.state}"\nkernel_log = "{self.log}"\n'
+                                    f'[health]\ntextfile_dir = "{self.metrics}"\n{extra}')
         self.runs_prefix = tmp_path / "run"
         self.program = tmp_path / "healthcheck"
         self.program.write_text(PROGRAM.format(out=self.runs_prefix))
@@ -117,12 +120,13 @@ class Node:
     def config(self) -> Config:
         return Config.load(str(self.config_path), {})
 
-    def watcher(self, clock=None, **settings) -> service.Watcher:
+    def watcher(self, clock=None, wall=None, **settings) -> service.Watcher:
         config = self.config()
         values = replace(WatchSettings.from_config(config), **settings)
         env = service.child_environment("gpu7", str(self.config_path), {"PATH": "/usr/bin", "HOME": "/root"})
         return service.Watcher(config, "gpu7", str(self.log), str(self.state), [str(self.program)], env, values,
-                               boot_id_path=str(self.boot), **({"clock": clock} if clock else {}))
+                               boot_id_path=str(self.boot), **({"clock": clock} if clock else {}),
+                               **({"wall": wall} if wall else {}))
 
     def append(self, *lines: str) -> None:
         with open(self.log, "a", encoding="utf-8") as handle:

@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from ..findings import STATUSES
-from ..plain import plain
-from ..safeio.fsutil import DIR_MODE, append_line, atomic_write, ensure_dir, path_component
+from ..safeio.fsutil import append_line, atomic_write, ensure_dir, path_component
+from ..safeio.textfile import Family, exposition, number, publish
 from ..hooklib.runlog import rotate_if_full
 from ..actions.state import health_dir, last_path
 
 EVIDENCE_MAX_BYTES = 1 << 20
-TEXTFILE_MODE = 0o644          # node_exporter runs as its own user
-TEXTFILE_DIR_MODE = 0o755      # ... and must traverse the directory
 STATUS_VALUE = {status: index for index, status in enumerate(STATUSES)}
 
 
@@ -115,20 +112,9 @@ def write_all(run, state_dir: str, textfile_dir: str, use_syslog: bool) -> List[
 
 
 def write_textfile(run, directory: str, explicit: bool = True) -> List[str]:
-    """The textfile, atomically (node_exporter never reads half of it), mode 0644 whatever the
-    umask. A configured directory that is missing is made 0755 (node_exporter runs as its own
-    user and must traverse it); one it cannot traverse is said each run."""
-    ensure_dir(directory, TEXTFILE_DIR_MODE if explicit else DIR_MODE)
-    atomic_write(textfile_path(directory, run.node), prometheus(run), mode=TEXTFILE_MODE, durable=False)
-    mode = stat.S_IMODE(os.stat(directory).st_mode)
-    if explicit and mode & 0o005 != 0o005:
-        return [f"metrics textfile directory {directory} is mode {mode:04o}: node_exporter (its own user) "
-                "cannot read it; make it 0755"]
-    return []
-
-
-def _label(value: str) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    """The textfile, atomically, mode 0644 whatever the umask, in a directory node_exporter can
+    traverse (``safeio.textfile.publish``, the watcher's writer too)."""
+    return publish(directory, os.path.basename(textfile_path(directory, run.node)), prometheus(run), explicit)
 
 
 # -- the metrics ----------------------------------------------------------------------------------
@@ -136,44 +122,6 @@ def _label(value: str) -> str:
 # family (the remediation state, say) is one more function appended here, its name listed in
 # docs/healthcheck.md (a test holds the two together) and, when it should be watched, a panel in
 # etc/grafana/slurm-gpu-hooks.json.
-
-Sample = Tuple[Dict[str, str], float]
-
-
-@plain
-class Family:
-    name: str
-    kind: str                    # gauge | counter | histogram
-    help: str
-    samples: List[Sample]        # a histogram's: its cumulative buckets, each labelled le
-    # A histogram's sum and count (its _sum and _count series).
-    observed: Optional[Tuple[float, int]] = None
-
-    def series_names(self) -> List[str]:
-        """The names its samples have in the textfile (a histogram's three series)."""
-        if self.kind == "histogram":
-            return [f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count"]
-        return [self.name]
-
-    def lines(self, node: str) -> List[str]:
-        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
-        name = self.series_names()[0]
-        for labels, value in self.samples:
-            out.append(f"{name}{{{_labels(node, labels)}}} {_number(value)}")
-        if self.observed is not None:
-            total, count = self.observed
-            out += [f"{self.name}_sum{{{_labels(node, {})}}} {_number(total)}",
-                    f"{self.name}_count{{{_labels(node, {})}}} {_number(count)}"]
-        return out
-
-
-def _labels(node: str, labels: Dict[str, str]) -> str:
-    return ",".join(f'{key}="{_label(val)}"' for key, val in {"node": node, **labels}.items())
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
-
 
 # The decision metric's values are the --json contract's (a drain scontrol refused is "blocked").
 DECISIONS = ("none", "drain", "resume", "blocked")
@@ -325,7 +273,7 @@ def _back_in_service(run) -> Family:
     from ..actions.remedy_totals import BACK_IN_SERVICE_BUCKETS
 
     totals = _totals(run)
-    bounds = [_number(bound) for bound in BACK_IN_SERVICE_BUCKETS] + ["+Inf"]
+    bounds = [number(bound) for bound in BACK_IN_SERVICE_BUCKETS] + ["+Inf"]
     cumulative = [sum(totals.back_in_service[:index + 1]) for index in range(len(bounds))]
     return Family("slurm_gpu_health_remediation_back_in_service_seconds", "histogram",
                   "From a drain of ours to the node back in service, each time it came back.",
@@ -376,7 +324,4 @@ def families(run) -> List[Family]:
 
 
 def prometheus(run) -> str:
-    lines: List[str] = []
-    for family in families(run):
-        lines += family.lines(run.node)
-    return "\n".join(lines) + "\n"
+    return exposition(families(run), run.node)

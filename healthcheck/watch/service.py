@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..config.settings import WatchSettings
+from .series import Series, Snapshot, textfile_place
 from .trigger import AFTER_BOOT_EVERY_MIN_S, AfterBoot, DutyCycle, Seen, Trigger, after_boot_every, wants_check
 
 from . import PROG, say
@@ -146,11 +147,11 @@ def make_wake(kernel_log: str):
 class Watcher:
     def __init__(self, config: Any, node: str, kernel_log: str, state_dir: str, program: Sequence[str],
                  child_env: Dict[str, str], settings: WatchSettings, boot_id_path: str = "/proc/sys/kernel/random/boot_id",
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
         self.config, self.node, self.kernel_log, self.state_dir = config, node, kernel_log, state_dir
         self.program, self.child_env, self.settings = list(program), dict(child_env), settings
         self.boot_id_path = boot_id_path
-        self.clock = clock
+        self.clock, self.wall = clock, wall
         self.trigger = Trigger(settings.min_interval_s)
         self.duty = DutyCycle(settings.max_cpu, settings.poll_s)
         self.seen = Seen(REPEAT_S)
@@ -164,6 +165,13 @@ class Watcher:
         self._more = True               # the last read stopped early, or none yet: read again
         self.after_boot = AfterBoot(settings.after_boot_s, after_boot_every(settings.min_interval_s))
         self._boot_looked = -BOOT_LOOK_S            # when the boot id was last read (monotonic)
+        # Its own metrics (series.py): what it read and started, and when it last had the log in order.
+        self.lines_read = 0
+        self.looked_at: Optional[float] = None      # wall clock
+        self.line_at: Optional[float] = None
+        from ..actions.state import health_dir
+
+        self.series = Series(node, *textfile_place(config, health_dir(state_dir)))
 
     # one look at the log ------------------------------------------------------------------
     def look(self) -> List[Any]:
@@ -183,6 +191,10 @@ class Watcher:
         read.commit()
         self._more = read.capped is not None and read.stats.bytes_read > 0
         self.looks += 1
+        self.looked_at = self.wall()
+        self.lines_read += read.stats.lines_read
+        if read.stats.lines_read:
+            self.line_at = self.looked_at
         if fresh:
             self.trigger.request(now)
             say(f"{self.node}: {fresh[0].check}: {fresh[0].message}"
@@ -254,6 +266,17 @@ class Watcher:
         self.child = None
         self.trigger.finished(self.clock())
 
+    # its metrics ----------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        return Snapshot(looked_at=self.looked_at, line_at=self.line_at, lines_read=self.lines_read,
+                        triggers=self.trigger.runs, errors=self.errors)
+
+    def publish(self) -> None:
+        """The textfile, when due: a ``series.WRITE_EVERY_S`` since the last, or a run started since."""
+        now = self.clock()
+        if self.series.due(now, self.trigger.runs):
+            self.series.write(now, self.snapshot())
+
     # the loop -------------------------------------------------------------------------------
     def run(self, wake: Any, once: bool = False) -> int:
         next_look = self.clock()
@@ -280,13 +303,21 @@ class Watcher:
                     backoff = min(ERROR_BACKOFF_MAX_S, max(1.0, backoff * 2))
                     self._more = False
                     next_look = self.clock() + backoff
+            elif now >= next_look and self._last_error is None:
+                # Asked the source (a stat, a poll) and nothing is new since a read that worked: the
+                # log is in order as of now, which its metrics say (an idle node's last read may be
+                # hours old). After a failed read, only a read that works says so again.
+                self.looked_at = self.wall()
             if once:
                 if self.trigger.due(self.clock()):
                     self.start_run()
                 while self.child is not None:
                     time.sleep(0.05)
                     self.reap()
+                self.publish()
                 return 0
+            # In this turn, which happens anyway: no wake-up of its own.
+            self.publish()
             now = self.clock()
             timeout = IDLE_S if wake.doorbell else self.settings.poll_s
             due = self.trigger.wait_s(now)

@@ -1,7 +1,8 @@
 """The lab's monitoring: Debian's node_exporter reads the lab nodes' textfiles (as its own user),
 Debian's Prometheus scrapes it with the shipped rules loaded, a node the health check drains
 for a double-bit ECC error fires SlurmGpuNodeDrained through Prometheus's HTTP API, and records
-that cannot reach accounting (slurmdbd stopped) fire SlurmGpuRecordsNotDelivered."""
+that cannot reach accounting (slurmdbd stopped) fire SlurmGpuRecordsNotDelivered; every lab
+node's slurm-gpu-watch is in Prometheus too, following its log."""
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ def api(lab, path: str, **params) -> dict:
 
 
 def names_in_prometheus(lab) -> set:
-    result = query(lab, 'count by (__name__) ({__name__=~"slurm_gpu_health_.+"})')
+    result = query(lab, 'count by (__name__) ({__name__=~"slurm_gpu_(health|watch)_.+"})')
     return {row["metric"]["__name__"] for row in result}
 
 
@@ -75,6 +76,19 @@ def test_every_metric_the_dashboard_queries_is_in_the_labs_prometheus(lab):
         # (Grafana's label_values(METRIC, LABEL) of the node variable: its METRIC)
         expr = re.sub(r"^label_values\((\w+), \w+\)$", r"\1", expr)
         query(lab, expr.replace("$node", ".*"))
+
+
+def test_every_lab_nodes_watcher_is_in_prometheus_following_its_log(lab):
+    """slurm-gpu-watch's own textfile (one per lab node, beside the health check's), read by
+    node_exporter: each watcher's last look is recent, and SlurmGpuWatcherStalled is silent."""
+    def fresh():
+        rows = query(lab, "time() - slurm_gpu_watch_last_look_timestamp_seconds < 180")
+        found = {row["metric"]["node"] for row in rows}
+        return found if set(NODES) <= found else None
+
+    assert set(NODES) <= wait_for("every lab watcher's series in Prometheus", fresh, 150)
+    for node in NODES:
+        assert firing(lab, "SlurmGpuWatcherStalled", node) is None
 
 
 def test_a_node_drained_for_a_dbe_fires_slurm_gpu_node_drained(lab, gpu, clean):
