@@ -265,3 +265,167 @@ def test_soak_without_a_lab_is_one_line(tmp_path):
     assert result.exit_code == 1
     assert "not up" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+# -- the loop, against a fake lab (no daemon, no Slurm): every step runs, in order ----------------------
+class FakeBackend:
+    def __init__(self, lab):
+        self.lab = lab
+
+    def node(self, name):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(extra="")
+
+    def set_extra(self, name, text):
+        raise AssertionError("no kept reboots to forget")
+
+    def accounting(self, job_ids, fields):
+        from healthcheck.records import admin_comment
+
+        rows = []
+        for job_id in job_ids:
+            lost = job_id == self.lab.lost
+            comment = "" if lost else admin_comment.encode({"node": "*", "class": "COMPLETED"})
+            rows.append(dict({f: "" for f in fields}, JobID=job_id, State="COMPLETED", NodeList="gpu1",
+                             AdminComment=comment))
+        return rows
+
+
+class FakeSlurm:
+    def __init__(self, lab):
+        self.lab = lab
+        self.backend = FakeBackend(lab)
+        self.next_id = 100
+        self.running = {}
+        self.cancelled = []
+
+    def sbatch(self, argv, script):
+        assert any(a.startswith("--job-name=lab-soak-") for a in argv) and "slurm_hooks.lab.payload" in script
+        self.next_id += 1
+        self.running[str(self.next_id)] = self.lab.clock()
+        return str(self.next_id)
+
+    def queue(self):
+        if self.lab.ctld_down:
+            from slurm_hooks.lab import LabError
+            raise LabError("squeue: slurmctld does not answer")
+        now = self.lab.clock()
+        return [{"id": j, "name": "lab-soak-x", "state": "RUNNING"} for j, at in self.running.items()
+                if now - at < 1.5]
+
+    def nodes(self):
+        return {node: ({"state": "drained", "reason": f"{PREFIX} v1 {self.lab.broken[node]} gpu3; broken"}
+                       if node in self.lab.broken else {"state": "idle", "reason": ""}) for node in NODES}
+
+    def cancel(self, *job_ids):
+        self.cancelled += job_ids
+
+
+class FakeLab:
+    """The lab as the soak sees it: a session (preflight, `slurm-gpu sim`), Slurm, daemons, watchers."""
+
+    def __init__(self, tmp_path):
+        import time
+        from types import SimpleNamespace
+
+        self.clock = time.monotonic
+        self.root = str(tmp_path)
+        self.jobs = str(tmp_path / "jobs")
+        self.hooks_config = str(tmp_path / "hooks.toml")
+        with open(self.hooks_config, "w", encoding="utf-8") as handle:
+            handle.write("[drain]\nreason_prefix = \"gpu-hooks:\"\n")
+        self.config = SimpleNamespace(state_dir=str(tmp_path / "state"))
+        self.slurm = FakeSlurm(self)
+        self.broken = {}                # node -> the check its health check would drain it for
+        self.ctld_down = False
+        self.lost = None
+        self.calls = []
+        self.drain_prefix = PREFIX
+        self.began = time.monotonic()
+
+    # the session
+    def preflight(self):
+        self.calls.append("preflight")
+
+    def echo(self, message):
+        self.calls.append(message)
+
+    def slurm_gpu(self, *args):
+        self.calls.append(" ".join(args))
+        if args[:2] == ("sim", "inject"):
+            first = args[3]
+            self.broken[args[2]] = ("gpu.lost" if "state=lost" in first else "gpu.ecc.uncorrectable" if ".ecc." in first
+                                    else "nvlink.down" if "nvlink" in first else "ib.port")
+        elif args[:2] == ("sim", "reset"):
+            self.broken.pop(args[2], None)
+        return ""
+
+    def kernel_pci(self, node, gpu):
+        return "0000:18:00"
+
+    def script(self, scenario, payload):
+        return "exec python -m slurm_hooks.lab.payload " + " ".join(payload)
+
+    def restore_node(self, node, quiet=False):
+        self.calls.append(f"restore {node}")
+
+
+def test_the_loop_runs_every_event_and_the_results_say_what_the_fake_lab_did(tmp_path, monkeypatch):
+    import os
+
+    from slurm_hooks.lab import daemons, watchers
+
+    lab = FakeLab(tmp_path)
+    lab.lost = "102"
+    stopped, started, watched = [], [], []
+
+    def stop(lab_, group, say):
+        stopped.append(group[0])
+        lab.ctld_down = group[0] == "slurmctld" or lab.ctld_down
+        return [group[0]]
+
+    def start(lab_, daemon, say):
+        started.append(daemon)
+        lab.ctld_down = False
+        return True
+
+    monkeypatch.setattr(daemons, "by_name", lambda lab_, name: name)
+    monkeypatch.setattr(daemons, "stop", stop)
+    monkeypatch.setattr(daemons, "start", start)
+    monkeypatch.setattr(watchers, "pid", lambda lab_, node: os.getpid())
+    monkeypatch.setattr(watchers, "start", lambda lab_, node, say: watched.append(node) or True)
+    killed = []
+    monkeypatch.setattr(S.os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    monkeypatch.setattr(S, "JOBS_WAIT_S", 2)
+    monkeypatch.setattr(S, "RECORDS_WAIT_S", 1)
+    monkeypatch.setattr(S, "NODES_EVERY_S", 0.5)
+    plan = S.Plan(seconds=9, nodes=NODES, job_every=(0.5, 1), fault_every=(2, 3), fault_for=(2.5, 3),
+                  settle_s=1, daemon_every=(1, 2), daemon_down=(0.5, 1), watcher_every=(1, 2),
+                  watcher_down=(0.5, 1), first_at=0.5, quiet_end=1)
+    events = S.schedule(plan, 4)
+    kinds = {e.kind for e in events}
+    assert {"fault", "mend", "stop_daemon", "kill_watcher"} <= kinds
+    soak = S.Soak(lab, plan, 4, lab.echo, sample_s=1, session=lab)
+    soak.start()
+    with open(lab.hooks_config, encoding="utf-8") as handle:
+        assert "[remediate]\nenabled = true" in handle.read()      # remediation on while it runs
+    soak.loop(events)
+    soak.finish()
+    soak.restore()
+    soak.obs.drains = soak.tracker.drains
+    doc = S.results(soak.obs, plan.settle_s)
+
+    with open(lab.hooks_config, encoding="utf-8") as handle:
+        assert "[remediate]" not in handle.read()                 # put back
+    assert doc["faults_injected"] == sum(1 for e in events if e.kind == "fault") and not lab.broken
+    assert doc["faults_drained_with_cause"] == doc["faults_injected"] and doc["false_drains"] == 0
+    assert doc["back_by_itself"] == doc["faults_injected"]
+    assert doc["jobs_submitted"] >= 3 and doc["records_lost_jobs"] == ["102"]
+    assert sorted(stopped) == sorted(e.detail["daemon"] for e in events if e.kind == "stop_daemon")
+    assert len(started) >= len(stopped)
+    assert doc["watcher_kills"] == len(killed) == sum(1 for e in events if e.kind == "kill_watcher")
+    assert set(watched) == {e.node for e in events if e.kind == "start_watcher"}
+    assert doc["watchers"]["gpu1"]["samples"] >= 5 and doc["watchers"]["gpu1"]["fd_growth"] is not None
+    assert [c for c in lab.calls if c.startswith("restore ")] == [f"restore {n}" for n in NODES]
+    assert S.verdict(doc) and "102" in S.verdict(doc)[0]

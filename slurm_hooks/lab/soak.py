@@ -501,17 +501,23 @@ NODES_EVERY_S = 2.0
 class Soak:
     """One soak on the lab: the loop, what each event does, the final waits."""
 
-    def __init__(self, lab, plan: Plan, seed: int, echo: Say, sample_s: float = 10):
-        from .scenarios.session import LabSession
-
+    def __init__(self, lab, plan: Plan, seed: int, echo: Say, sample_s: float = 10, session=None):
         self.lab = lab
         self.plan = plan
         self.seed = seed
         self.sample_s = sample_s
-        # The scenario runner's session: preflight, `slurm-gpu sim`, a GPU's kernel address, the
-        # prefix of our drain reasons, the lab's Slurm clients.
-        self.session = LabSession(lab, echo, timeout=plan.seconds + 3600)
-        self.slurm = self.session.slurm
+        if session is None:
+            from .scenarios.session import LabSession
+
+            # The scenario runner's session: preflight, `slurm-gpu sim`, a GPU's kernel address,
+            # the prefix of our drain reasons, the lab's Slurm clients.
+            session = LabSession(lab, echo, timeout=plan.seconds + 3600)
+        self.session = session
+        self.slurm = session.slurm
+        self.t0 = time.monotonic()          # the schedule's zero: set again once the preflight is done
+        self.t0_wall = time.time()
+        self.started = False
+        self.start_asked: Dict[str, float] = {}               # "daemon slurmdbd" / "watcher gpu2" -> retry after
         self.obs = Observations(seed=seed, minutes=round(plan.seconds / 60, 2))
         self.faults: Dict[int, FaultRecord] = {}
         self.checkbacks: List[Tuple[float, int]] = []        # (when, fault id)
@@ -523,7 +529,7 @@ class Soak:
 
     # -- small helpers ----------------------------------------------------------------------------------
     def now(self) -> float:
-        return time.monotonic() - self.session.began
+        return time.monotonic() - self.t0
 
     def error(self, what: str, exc: BaseException) -> None:
         self.obs.error_count += 1
@@ -535,17 +541,21 @@ class Soak:
     def attempt(self, what: str, action: Callable[[], Any]) -> Any:
         """Run one step; a lab failure (a Slurm client while slurmctld restarts) is counted and
         said, and the loop goes on."""
+        from healthcheck.slurm import SlurmError
+
         try:
             return action()
-        except (LabError, OSError) as exc:
+        except (LabError, SlurmError, OSError) as exc:
             self.error(what, exc)
             return None
 
     # -- set up and put back --------------------------------------------------------------------------
     def start(self) -> None:
         from healthcheck.actions import kept, ledger as ledgers
+        from healthcheck.slurm import SlurmError
 
         self.session.preflight()
+        self.started = True
         self.tracker = DrainTracker(self.session.drain_prefix)
         state_dir = self.session.config.state_dir
         with open(self.lab.hooks_config, encoding="utf-8") as handle:
@@ -558,9 +568,14 @@ class Soak:
         for node in self.plan.nodes:
             # Each node's remediation counts from zero, here and in Slurm (as the lab tests start).
             ledgers.save(state_dir, node, ledgers.Ledger())
-            extra = self.slurm.backend.node(node).extra
-            if kept.reboots_kept(extra):
-                self.slurm.backend.set_extra(node, kept.forgetting(extra))
+            try:
+                extra = self.slurm.backend.node(node).extra
+                if kept.reboots_kept(extra):
+                    self.slurm.backend.set_extra(node, kept.forgetting(extra))
+            except SlurmError as exc:
+                raise LabError(f"{node}: {exc}") from None
+        self.t0, self.t0_wall = time.monotonic(), time.time()
+        for node in self.plan.nodes:
             self.sample_watcher(node)
 
     def put_back(self) -> None:
@@ -630,7 +645,9 @@ class Soak:
     def start_daemon(self, name: str) -> None:
         from . import daemons as D
 
+        self.start_asked[f"daemon {name}"] = self.now() + 5       # tried again until it is up
         D.start(self.lab, D.by_name(self.lab, name), self.session.echo)
+        self.start_asked.pop(f"daemon {name}", None)
         if name in self.down_daemons:
             self.down_daemons.remove(name)
 
@@ -648,7 +665,9 @@ class Soak:
     def start_watcher(self, node: str) -> None:
         from . import watchers
 
+        self.start_asked[f"watcher {node}"] = self.now() + 5
         watchers.start(self.lab, node, self.session.echo)
+        self.start_asked.pop(f"watcher {node}", None)
         if node in self.down_watchers:
             self.down_watchers.remove(node)
 
@@ -678,6 +697,16 @@ class Soak:
         if nodes:
             self.tracker.see(round(self.now(), 1), nodes)
 
+    def retry_starts(self) -> None:
+        """A daemon or watcher whose start failed is started again every 5 s."""
+        for what, due in list(self.start_asked.items()):
+            if self.now() >= due:
+                kind, _, name = what.partition(" ")
+                if kind == "daemon":
+                    self.attempt(f"start {name}", lambda: self.start_daemon(name))
+                else:
+                    self.attempt(f"start the watcher of {name}", lambda: self.start_watcher(name))
+
     def cancel_due(self, queue: List[Dict[str, str]]) -> None:
         running = {row["id"] for row in queue if row["state"] == "RUNNING"}
         gone = {row["id"] for row in queue}
@@ -688,7 +717,7 @@ class Soak:
                 self.slurm.cancel(job_id)
                 del self.cancels[job_id]
 
-    def check_back(self, fault_id: int) -> None:
+    def check_back(self, fault_id: int) -> bool:
         """``settle_s`` after a mend: the node back in service by itself, or in inspection as the
         rules say, or still drained by us (resumed by the soak, as an admin would, so later faults
         and jobs have it)."""
@@ -696,12 +725,13 @@ class Soak:
 
         record = self.faults[fault_id]
         info = self.slurm.nodes().get(record.node, {})
+        done = True
         reason, state = info.get("reason", ""), info.get("state", "")
         if not reason.startswith(self.session.drain_prefix):
             out = any(word in state for word in ("drain", "down", "fail", "reboot")) or state.endswith("*")
             record.back = "out" if out else "by_itself"
             record.note = f"{state} {reason}".strip() if out else ""
-            return
+            return done
         record.note = reason
         inspect = " inspect" in reason or self.tracker.check_of(reason) in ("kernel.xid.repeat", "gpu.remap.failed")
         record.back = "inspection" if inspect else "resumed_by_soak"
@@ -710,6 +740,7 @@ class Soak:
             record.back = "out"
         self.session.echo(f"fault {fault_id}: {record.node} still drained by us {self.plan.settle_s:g} s after the "
                           f"mend ({reason}); `slurm-gpu resume {record.node}` rc {result.returncode}")
+        return done
 
     # -- the loop -------------------------------------------------------------------------------------------
     @property
@@ -733,15 +764,16 @@ class Soak:
                     backlog.append(event)
                 else:
                     self.run_event(event)
-            queue: List[Dict[str, str]] = []
+            self.retry_starts()
             if not self.ctld_down:
-                queue = self.attempt("squeue", self.slurm.queue) or []
-                in_flight = sum(1 for row in queue if row["name"].startswith(JOB_PREFIX))
-                while backlog and in_flight < max_in_flight:
-                    self.run_event(backlog.pop(0))
-                    in_flight += 1
+                queue = self.attempt("squeue", self.slurm.queue)
+                if queue is not None:               # squeue failed: no room counted, nothing cancelled
+                    in_flight = sum(1 for row in queue if row["name"].startswith(JOB_PREFIX))
+                    while backlog and in_flight < max_in_flight:
+                        self.run_event(backlog.pop(0))
+                        in_flight += 1
+                    self.attempt("cancel", lambda: self.cancel_due(queue))
                 del backlog[:-max_in_flight]        # the oldest waiting jobs go: the queue stays short
-                self.attempt("cancel", lambda: self.cancel_due(queue))
                 self.housekeeping(now)
                 if now >= next_nodes:
                     self.look_at_nodes()
@@ -757,9 +789,8 @@ class Soak:
 
     def housekeeping(self, now: float) -> None:
         for when, fault_id in list(self.checkbacks):
-            if now >= when:
-                self.checkbacks.remove((when, fault_id))
-                self.attempt(f"check back on fault {fault_id}", lambda: self.check_back(fault_id))
+            if now >= when and self.attempt(f"check back on fault {fault_id}", lambda: self.check_back(fault_id)):
+                self.checkbacks.remove((when, fault_id))   # else tried again (sinfo failed)
 
     def finish(self) -> None:
         """After the duration: everything started again, the soak's jobs ended, the last check
@@ -768,6 +799,8 @@ class Soak:
             self.attempt(f"start {name}", lambda: self.start_daemon(name))
         for node in list(self.down_watchers):
             self.attempt(f"start the watcher of {node}", lambda: self.start_watcher(node))
+        for what in list(self.start_asked):
+            self.start_asked[what] = 0.0
         for record in list(self.faults.values()):
             if record.mended_at is None:
                 self.attempt(f"mend {record.node}",
@@ -779,16 +812,18 @@ class Soak:
         give_up = self.now() + JOBS_WAIT_S + self.plan.settle_s + 60
         while True:
             now = self.now()
-            queue = self.attempt("squeue", self.slurm.queue) or []
-            ours = [row for row in queue if row["name"].startswith(JOB_PREFIX)]
-            self.attempt("cancel", lambda: self.cancel_due(queue))
+            self.retry_starts()
+            queue = self.attempt("squeue", self.slurm.queue)
+            ours = [row for row in queue or [] if row["name"].startswith(JOB_PREFIX)]
+            if queue is not None:
+                self.attempt("cancel", lambda: self.cancel_due(queue))
             self.housekeeping(now)
             self.look_at_nodes()
             if ours and now >= jobs_until:
                 self.session.echo(f"cancelling {len(ours)} soak job(s) still queued or running")
-                self.slurm.cancel(*[row["id"] for row in ours])
+                self.attempt("scancel", lambda: self.slurm.cancel(*[row["id"] for row in ours]))
                 jobs_until = float("inf")
-            if not ours and not self.checkbacks:
+            if queue is not None and not ours and not self.checkbacks and not self.start_asked:
                 break
             if now > give_up:
                 self.session.echo("gave up waiting for the last jobs and check backs")
@@ -829,7 +864,7 @@ class Soak:
         from healthcheck.actions import ledger as ledgers
 
         state_dir = self.session.config.state_dir
-        since = self.session.began_wall
+        since = self.t0_wall
         for node in self.plan.nodes:
             book = ledgers.load(state_dir, node)
             for entry in book.entries.values():
@@ -839,6 +874,8 @@ class Soak:
     def restore(self) -> None:
         """The lab as the soak found it: faults mended, our drains resumed, the config back."""
         self.put_back()
+        if not self.started:
+            return                      # the preflight refused: nothing was changed
         for node in self.plan.nodes:
             self.attempt(f"restore {node}", lambda: self.session.restore_node(node, quiet=True))
 
