@@ -91,11 +91,13 @@ def pytest_collection_modifyitems(session, config, items):
     # The job-class, Actions and storm tests inject faults too, and a fault found within
     # `late_evidence_window_s` of a job's end may amend that job's class: they run after the
     # tests that read the scenario jobs' classes. So does the TaskProlog test (an IB port down).
+    # The soak (faults, reboots, daemon restarts, all of it at once) runs last before `lab down`.
     def group(item) -> int:
         for rank, module in enumerate(("test_lab_job_classes", "test_lab_actions", "test_lab_gate", "test_lab_served_hooks", "test_lab_taskprolog",
                                        "test_lab_storm", "test_lab_monitoring", "test_lab_healthcheck", "test_lab_remediate",
                                        "test_lab_boot_check",
                                        "test_lab_watch",
+                                       "test_lab_soak",
                                        "test_lab_down"), start=1):
             if module in item.nodeid:
                 return rank
