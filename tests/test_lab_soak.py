@@ -333,6 +333,7 @@ class FakeLab:
         self.root = str(tmp_path)
         self.jobs = str(tmp_path / "jobs")
         self.hooks_config = str(tmp_path / "hooks.toml")
+        self.slurm_conf = str(tmp_path / "slurm.conf")
         with open(self.hooks_config, "w", encoding="utf-8") as handle:
             handle.write("[drain]\nreason_prefix = \"gpu-hooks:\"\n")
         self.config = SimpleNamespace(state_dir=str(tmp_path / "state"))
@@ -429,3 +430,29 @@ def test_the_loop_runs_every_event_and_the_results_say_what_the_fake_lab_did(tmp
     assert doc["watchers"]["gpu1"]["samples"] >= 5 and doc["watchers"]["gpu1"]["fd_growth"] is not None
     assert [c for c in lab.calls if c.startswith("restore ")] == [f"restore {n}" for n in NODES]
     assert S.verdict(doc) and "102" in S.verdict(doc)[0]
+
+
+@pytest.mark.parametrize("state, reason, later, back, resumed", [
+    ("idle", "", None, "by_itself", False),
+    ("reboot^", f"{PREFIX} v1 gpu.lost gpu3; lost : reboot issued", "wait", "", False),
+    ("drained", f"{PREFIX} v1 gpu.lost gpu3 reboots:2; inspect: lost after 2 reboots", None, "inspection", True),
+    ("drained", f"{PREFIX} v1 kernel.xid.repeat gpu3 xid:79 reboots:2; Xid 79 again", None, "inspection", True),
+    ("drained", f"{PREFIX} v1 ib.port mlx5_3:1; down", None, "resumed_by_soak", True),
+    ("drained", "admin: PSU", "wait", "", False),           # someone else's: looked at again, left alone
+])
+def test_a_check_back_tells_back_by_itself_inspection_and_still_drained(tmp_path, monkeypatch, state, reason, later,
+                                                                         back, resumed):
+    from slurm_hooks.lab import commands
+
+    lab = FakeLab(tmp_path)
+    lab.slurm.nodes = lambda: {"gpu2": {"state": state, "reason": reason}}
+    ran = []
+    monkeypatch.setattr(commands, "run", lambda argv, **kw: ran.append(argv[-2:]) or type("R", (), {"returncode": 0})())
+    soak = S.Soak(lab, S.Plan(seconds=60, nodes=NODES, settle_s=30), 1, lab.echo, session=lab)
+    soak.tracker = S.DrainTracker(PREFIX)
+    soak.faults[0] = _fault(0, "gpu-lost", "gpu2", 1, 2)
+    soak.faults[0].mended_at = soak.now()
+    done = soak.check_back(0)
+    assert done is (later is None)
+    assert soak.faults[0].back == back
+    assert ran == ([["resume", "gpu2"]] if resumed else [])

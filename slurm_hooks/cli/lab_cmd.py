@@ -226,20 +226,9 @@ def scenarios(directory: Optional[str], only: Tuple[str, ...], list_only: bool, 
 
 def _write_results(path: str, doc: dict) -> None:
     """The results file, 0644 whatever the umask, replaced whole (never half written)."""
-    import os
-    import tempfile
+    from healthcheck.safeio.fsutil import atomic_write
 
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=".soak-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), 0o644)
-            handle.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    atomic_write(path, json.dumps(doc, indent=2, sort_keys=True) + "\n", mode=0o644)
 
 
 @lab.command()

@@ -21,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from healthcheck.safeio.fsutil import atomic_write
+
 from . import LabError
 from . import paths as P
 
@@ -493,9 +495,11 @@ def proc_sample(pid: int, at: float) -> Optional[Sample]:
 
 # -- the run (the lab) ----------------------------------------------------------------------------------
 REMEDIATE = "\n[remediate]\nenabled = true\n"
+CONFIG_MODE = 0o644           # the hooks config's mode as `lab up` writes it (render.all_files)
 RECORDS_WAIT_S = 120          # the final wait for records still on their way to accounting
 JOBS_WAIT_S = 150             # the final wait for the soak's jobs to end (a TIMEOUT one takes 60-95 s)
 NODES_EVERY_S = 2.0
+CHECK_BACK_GRACE_S = 120      # a check back that finds the node rebooting or not responding waits this much more
 
 
 class Soak:
@@ -562,9 +566,9 @@ class Soak:
             text = handle.read()
         if "[remediate]" not in text:
             # `lab up` writes this file anew: remediation on for the soak only, put back at the end.
+            # Replaced whole: a hook reading it meanwhile sees the old text or the new, never half.
             self.config_text = text
-            with open(self.lab.hooks_config, "w", encoding="utf-8") as handle:
-                handle.write(text + REMEDIATE)
+            atomic_write(self.lab.hooks_config, text + REMEDIATE, mode=CONFIG_MODE)
         for node in self.plan.nodes:
             # Each node's remediation counts from zero, here and in Slurm (as the lab tests start).
             ledgers.save(state_dir, node, ledgers.Ledger())
@@ -580,8 +584,7 @@ class Soak:
 
     def put_back(self) -> None:
         if self.config_text is not None:
-            with open(self.lab.hooks_config, "w", encoding="utf-8") as handle:
-                handle.write(self.config_text)
+            atomic_write(self.lab.hooks_config, self.config_text, mode=CONFIG_MODE)
             self.config_text = None
 
     # -- events -------------------------------------------------------------------------------------------
@@ -725,13 +728,19 @@ class Soak:
 
         record = self.faults[fault_id]
         info = self.slurm.nodes().get(record.node, {})
-        done = True
         reason, state = info.get("reason", ""), info.get("state", "")
+        # A node Slurm is rebooting, or not hearing from, may be back in a moment: looked at
+        # again each second, for at most CHECK_BACK_GRACE_S more.
+        waiting = self.now() < (record.mended_at or 0) + self.plan.settle_s + CHECK_BACK_GRACE_S
         if not reason.startswith(self.session.drain_prefix):
             out = any(word in state for word in ("drain", "down", "fail", "reboot")) or state.endswith("*")
+            if out and waiting:
+                return False
             record.back = "out" if out else "by_itself"
             record.note = f"{state} {reason}".strip() if out else ""
-            return done
+            return True
+        if ("reboot" in state or state.endswith("*")) and waiting:
+            return False                # the remediation's reboot under way: never fought over
         record.note = reason
         inspect = " inspect" in reason or self.tracker.check_of(reason) in ("kernel.xid.repeat", "gpu.remap.failed")
         record.back = "inspection" if inspect else "resumed_by_soak"
@@ -740,7 +749,7 @@ class Soak:
             record.back = "out"
         self.session.echo(f"fault {fault_id}: {record.node} still drained by us {self.plan.settle_s:g} s after the "
                           f"mend ({reason}); `slurm-gpu resume {record.node}` rc {result.returncode}")
-        return done
+        return True
 
     # -- the loop -------------------------------------------------------------------------------------------
     @property
@@ -809,7 +818,7 @@ class Soak:
         self.session.echo(f"the soak's {self.plan.seconds:g} s are over: waiting for its jobs and the last "
                           "check backs")
         jobs_until = self.now() + JOBS_WAIT_S
-        give_up = self.now() + JOBS_WAIT_S + self.plan.settle_s + 60
+        give_up = self.now() + JOBS_WAIT_S + self.plan.settle_s + CHECK_BACK_GRACE_S + 60
         while True:
             now = self.now()
             self.retry_starts()

@@ -24,8 +24,9 @@ SETTLE_S = 120
 MAX_FAULTS = 2
 PLAN = S.Plan(seconds=MINUTES * 60, nodes=NODES, settle_s=SETTLE_S, max_faults=MAX_FAULTS)
 # The soak's three minutes, then its jobs' end (at most S.JOBS_WAIT_S), the last check back
-# (settle), the final wait for records (S.RECORDS_WAIT_S), and room for a slow machine.
-TIMEOUT = MINUTES * 60 + S.JOBS_WAIT_S + SETTLE_S + S.RECORDS_WAIT_S + 240
+# (settle, and a grace while the node reboots), the final wait for records (S.RECORDS_WAIT_S), and room
+# for a slow machine.
+TIMEOUT = MINUTES * 60 + S.JOBS_WAIT_S + SETTLE_S + S.CHECK_BACK_GRACE_S + S.RECORDS_WAIT_S + 240
 
 
 def test_a_three_minute_soak_loses_no_record_drains_no_healthy_node_and_leaks_no_descriptor(lab, tmp_path):
