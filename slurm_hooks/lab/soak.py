@@ -885,6 +885,11 @@ class Soak:
         self.put_back()
         if not self.started:
             return                      # the preflight refused: nothing was changed
+        # An interrupted soak may have stopped a daemon or killed a watcher a moment ago.
+        for name in list(self.down_daemons):
+            self.attempt(f"start {name}", lambda: self.start_daemon(name))
+        for node in list(self.down_watchers):
+            self.attempt(f"start the watcher of {node}", lambda: self.start_watcher(node))
         for node in self.plan.nodes:
             self.attempt(f"restore {node}", lambda: self.session.restore_node(node, quiet=True))
 
