@@ -250,3 +250,69 @@ def scenarios(directory: Optional[str], only: Tuple[str, ...], list_only: bool, 
             click.echo("  " + hint.replace("$LAB", paths.root))
     if not all(r.ok for r in results):
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _write_results(path: str, doc: dict) -> None:
+    """The results file, 0644 whatever the umask, replaced whole (never half written)."""
+    from healthcheck.safeio.fsutil import atomic_write
+
+    atomic_write(path, json.dumps(doc, indent=2, sort_keys=True) + "\n", mode=0o644)
+
+
+@lab.command()
+@dir_option
+@click.option("--minutes", "minutes", type=click.FloatRange(min=0, max=7 * 24 * 60), default=0,
+              metavar="M", help="How long faults are injected and jobs submitted (added to --hours).")
+@click.option("--hours", "hours", type=click.FloatRange(min=0, max=7 * 24), default=0, metavar="H",
+              help="How long, in hours (added to --minutes).")
+@click.option("--seed", "seed", type=click.IntRange(min=0, max=2 ** 31 - 1), default=None, metavar="S",
+              help="The schedule's seed: the same seed, the same jobs, faults, restarts and kills at the "
+                   "same times (default: drawn, and written in the results).")
+@click.option("--faults", "max_faults", type=click.IntRange(min=0, max=100000), default=None, metavar="N",
+              help="Inject at most N hardware faults (default: as many as the schedule draws).")
+@click.option("--settle-seconds", "settle_s", type=click.FloatRange(min=30, max=3600), default=180,
+              show_default=True, help="After a fault is mended, how long its node has to be back in service "
+                                      "(a drain that starts by then is the fault's).")
+@click.option("--sample-seconds", "sample_s", type=click.FloatRange(min=1, max=600), default=10,
+              show_default=True, help="How often each watcher's RSS and open descriptors are read.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of the table.")
+@click.option("--out", "out", metavar="FILE", default=None, help="Also write the results JSON to FILE.")
+@_guarded
+def soak(directory: Optional[str], minutes: float, hours: float, seed: Optional[int], max_faults: Optional[int],
+         settle_s: float, sample_s: float, as_json: bool, out: Optional[str]) -> None:
+    """Run the lab that is up under faults for a while (remediation on): jobs of every shape end
+    continuously, hardware faults of every kind the simulator has are injected on random nodes
+    and mended, slurmdbd and slurmctld are restarted and watchers killed at random. Prints what
+    it saw (docs/reliability.md). Exit 1 when a job's record was lost, a node drained with no
+    fault injected, or an injected fault was not drained with its cause.
+
+    Example: slurm-gpu lab soak --hours 2 --seed 7 --out soak.json
+    """
+    import random
+    import time
+
+    from slurm_hooks.lab import soak as S
+
+    seconds = hours * 3600 + minutes * 60
+    if seconds < 60:
+        fail("lab: soak: give --minutes and/or --hours, one minute at least")
+    if seed is None:
+        seed = random.SystemRandom().randrange(2 ** 31)
+    paths = _lab_paths(directory)
+    plan = S.Plan(seconds=seconds, nodes=paths.nodes(), settle_s=settle_s, max_faults=max_faults)
+    began = time.time()
+    doc = versioned(S.run_soak(paths, plan, seed, echo=(lambda _m: None) if as_json else click.echo,
+                               sample_s=sample_s))
+    doc["started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began))
+    if out:
+        _write_results(out, doc)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        click.echo("")
+        for line in S.format_table(doc):
+            click.echo(line)
+    if S.verdict(doc):
+        for problem in S.verdict(doc):
+            click.echo(f"slurm-gpu: lab: soak: {problem}", err=True)
+        raise click.exceptions.Exit(EXIT_FAILED)
