@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..config.settings import WatchSettings
+from .inotify import Doorbell, open_doorbell
 from .series import Series, Snapshot, textfile_place
 from .trigger import AFTER_BOOT_EVERY_MIN_S, AfterBoot, DutyCycle, Seen, Trigger, after_boot_every, wants_check
 
@@ -40,19 +41,29 @@ BOOT_LOOK_S = 2.0                # how often the boot id is read (a small file)
 # An idle watcher with a doorbell (/dev/kmsg) wakes only for its duties, this often at most: the
 # boot id (BOOT_LOOK_S). Issue 30's target: at most 1 wake-up a second on an idle node.
 IDLE_S = BOOT_LOOK_S
+# With a file's doorbell, a stat this often all the same (an event lost in a rotation).
+BELL_CHECK_S = 30.0
 
 
 # -- knowing when the log may hold something new ----------------------------------------------------
 class FileWake:
-    """A file source: something new when its inode, size or mtime moved (a stat per poll)."""
+    """A file source: something new when its inode, size or mtime moved (a stat). With a doorbell
+    (inotify: ``watch/inotify.py``) the stat waits for the kernel to say the file changed, and
+    the idle watcher sleeps until then or its next duty; without one, a stat every poll_s."""
 
-    doorbell = False                # looked at every [watch] poll_s
-
-    def __init__(self, path: str):
+    def __init__(self, path: str, bell: Optional["Doorbell"] = None):
         self.path = path
         self._last: Optional[tuple] = None
+        self._bell = bell
+        self.doorbell = bell is not None
+        self._checked = 0.0
 
     def changed(self) -> bool:
+        if self._bell is not None and not self._bell.rang():
+            # A missed event (a watch lost in a rotation) costs at most this long: a stat anyway.
+            if time.monotonic() - self._checked < BELL_CHECK_S:
+                return False
+        self._checked = time.monotonic()
         try:
             info = os.stat(self.path)
             now = (info.st_ino, info.st_size, info.st_mtime_ns)
@@ -62,10 +73,14 @@ class FileWake:
         return moved
 
     def wait(self, timeout: float) -> None:
-        time.sleep(max(0.0, timeout))
+        if self._bell is not None:
+            self._bell.wait(timeout)
+        else:
+            time.sleep(max(0.0, timeout))
 
     def close(self) -> None:
-        pass
+        if self._bell is not None:
+            self._bell.close()
 
 
 class KmsgWake:
@@ -140,7 +155,7 @@ def make_wake(kernel_log: str):
             return TimedWake()
     if source == "journal":
         return TimedWake()
-    return FileWake(source)
+    return FileWake(source, open_doorbell(source))
 
 
 # -- the watcher ------------------------------------------------------------------------------------

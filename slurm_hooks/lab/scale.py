@@ -130,7 +130,8 @@ def lab_pids(lab: LabPaths) -> Dict[str, int]:
     ctld = pids.get("slurmctld")
     if ctld is not None:
         for pid in D.all_pids():
-            if D.proc_exe_name(pid) == "slurmscriptd" and ctld in D.ancestors(pid):
+            # slurmctld's own fork, renamed: its comm says so, its executable does not
+            if _read(f"/proc/{pid}/comm").strip() == "slurmscriptd" and ctld in D.ancestors(pid):
                 pids["slurmscriptd"] = pid
                 break
     return pids
