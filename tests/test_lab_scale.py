@@ -50,3 +50,17 @@ def test_slurmdbd_tables_read_alike_and_writes_are_job_modifications():
     assert "Internal DBD rollup last ran" not in str(tables) and set(tables["by_user"]) == {"root"}
     assert scale.dbd_writes({"DBD_MODIFY_JOB": 7, "DBD_JOB_START": 9}) == 7
     assert scale.dbd_writes(tables["by_type"]) == 0          # no record delivered in that window
+
+
+def test_docs_scale_names_every_key_bench_scale_writes():
+    import re
+
+    root = os.path.dirname(HERE)
+    with open(os.path.join(root, "bench", "scale"), encoding="utf-8") as handle:
+        source = handle.read()
+    keys = set(re.findall(r'out\["([a-z0-9_]+)"\]', source))
+    keys |= {f"burst_{k}" for k in re.findall(r'"(squeue_p50_s|squeue_p99_s|sinfo_p50_s|sinfo_p99_s)"', source)}
+    assert {"burst_hook_rpcs_per_job", "burst_record_lag_s", "watcher_wakeups_per_s", "storm"} <= keys
+    with open(os.path.join(root, "docs", "scale.md"), encoding="utf-8") as handle:
+        doc = handle.read()
+    assert [key for key in sorted(keys) if f"`{key}`" not in doc] == []
