@@ -8,14 +8,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from slurm_hooks.lab import monitoring
+from healthcheck.config import Config
+from healthcheck.records import admin_comment as ac
+from healthcheck.records import outbox, outbox_stats
+from slurm_hooks.lab import daemons, monitoring
 
 from .conftest import slurm_gpu
+from .conftest import wait_for as poll
+from .test_lab_job_classes import admin_comment, submit, wait_ended
 
 from .test_lab_healthcheck import DBE, NODES, backend, clean, gpu, sim, wait_for  # noqa: F401 (fixtures)
 
@@ -112,16 +118,6 @@ def test_records_that_wait_for_accounting_fire_slurm_gpu_records_not_delivered_u
     once the oldest entry has waited 10 minutes; here the entry's queue time (its file's mtime,
     what the metric reads) is set 11 minutes back instead of stopping slurmdbd that long. slurmdbd
     back, the entry delivered: the alert clears."""
-    import time
-
-    from healthcheck.config import Config
-    from healthcheck.records import outbox, outbox_stats
-    from slurm_hooks.lab import daemons
-
-    from .conftest import slurm_gpu
-    from .test_lab_job_classes import admin_comment, submit, wait_ended
-    from healthcheck.records import admin_comment as ac
-
     state_dir = Config.load(lab.env["SLURM_GPU_HOOKS_CONFIG"]).state_dir
     queue = outbox_stats.outbox_dir(state_dir)
     dbd = daemons.by_name(lab.paths, "slurmdbd")
@@ -146,7 +142,7 @@ def test_records_that_wait_for_accounting_fire_slurm_gpu_records_not_delivered_u
         submit(lab, "-w", "gpu3", "--wrap", "true")      # any later hook run delivers what is queued
         time.sleep(3)
         return False
-    wait_for("the queued entry in accounting", delivered, timeout=120, every=1)
-    wait_for("SlurmGpuRecordsNotDelivered cleared for gpu2",
+    poll("the queued entry in accounting", delivered, timeout=120, every=1)
+    poll("SlurmGpuRecordsNotDelivered cleared for gpu2",
              lambda: firing(lab, "SlurmGpuRecordsNotDelivered", "gpu2") is None, 120, every=2)
     assert slurm_gpu("lab", "status", env=lab.env).returncode == 0
