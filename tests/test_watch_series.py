@@ -48,6 +48,16 @@ class Clocks:
         self.wall_now += seconds
 
 
+def looked_once(tmp_path):
+    """A node on a clock moved by hand whose watcher has looked at its log once: (node, clocks,
+    watcher, the watcher's textfile)."""
+    node = Node(tmp_path)
+    clocks = Clocks()
+    watcher = node.watcher(clock=clocks.clock, wall=clocks.wall)
+    watcher.run(service.FileWake(str(node.log)), once=True)
+    return node, clocks, watcher, node.metrics / "slurm_gpu_watch_gpu7.prom"
+
+
 def test_the_watcher_writes_its_series_0644_whatever_the_umask(tmp_path):
     node = Node(tmp_path)
     clocks = Clocks()
@@ -73,11 +83,7 @@ def test_the_watcher_writes_its_series_0644_whatever_the_umask(tmp_path):
 
 
 def test_a_run_it_starts_is_written_at_once_and_an_idle_look_within_a_minute(tmp_path):
-    node = Node(tmp_path)
-    clocks = Clocks()
-    watcher = node.watcher(clock=clocks.clock, wall=clocks.wall)
-    path = node.metrics / "slurm_gpu_watch_gpu7.prom"
-    watcher.run(service.FileWake(str(node.log)), once=True)
+    node, clocks, watcher, path = looked_once(tmp_path)
     first = clocks.wall_now
     assert read_series(path)["slurm_gpu_watch_triggers_total"] == 0
     clocks.advance(10)
@@ -98,11 +104,7 @@ def test_a_run_it_starts_is_written_at_once_and_an_idle_look_within_a_minute(tmp
 
 
 def test_a_watcher_that_cannot_read_the_log_keeps_its_last_look_and_counts_the_errors(tmp_path, capsys):
-    node = Node(tmp_path)
-    clocks = Clocks()
-    watcher = node.watcher(clock=clocks.clock, wall=clocks.wall)
-    path = node.metrics / "slurm_gpu_watch_gpu7.prom"
-    watcher.run(service.FileWake(str(node.log)), once=True)
+    node, clocks, watcher, path = looked_once(tmp_path)
     good = clocks.wall_now
     os.unlink(node.log)
     os.mkdir(node.log)                       # not a file: the reader refuses it
