@@ -174,6 +174,31 @@ def test_the_same_xid_after_two_reboots_drains_for_inspection_and_stays(node):
     assert node.run_once().decision.rule == "resume-never" and node.slurm_node.drained
 
 
+def test_what_an_overlapping_run_saved_while_this_one_probed_is_kept(node, monkeypatch):
+    """The watcher's run (for an Xid line) and slurmd's periodic run can overlap. Seen in the lab:
+    the periodic run loaded the state, the watcher's run counted the Xid's boot and saved, and
+    the periodic run (which read the log before the line) saved its older counts over it, so the
+    Xid's third return found one reboot, not two. A run counts from the state as it is under the
+    decision lock."""
+    from healthcheck.health import run as health_run
+
+    real_checks = health_run.run_checks
+    boot = node_state.load(node.state_dir, "gpu2").boot_id
+
+    def checks_while_another_run_saves(*args, **kwargs):
+        report = real_checks(*args, **kwargs)
+        other = node_state.load(node.state_dir, "gpu2")
+        other.xid_boots = {"GPU-5555 xid:79": ["an-earlier-boot", boot]}
+        node_state.save(node.state_dir, "gpu2", other)
+        return report
+
+    monkeypatch.setattr(health_run, "run_checks", checks_while_another_run_saves)
+    result = node.run_once()
+    assert result.decision.kind == "none"
+    kept = node_state.load(node.state_dir, "gpu2")
+    assert kept.xid_boots == {"GPU-5555 xid:79": ["an-earlier-boot", boot]}, kept.xid_boots
+
+
 def test_a_remap_failure_is_never_resumed(node):
     node.sim.inject([("gpu.1.remapped_rows.failure", True)])
     assert node.run_once().decision.kind == "drain"

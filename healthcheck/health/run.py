@@ -131,23 +131,27 @@ def run_health(config: Config, node: str, backend: SlurmBackend, sources: NodeSo
     clock = time.monotonic()
     policy = config.typed(HealthPolicy)
     boot = gate.read_boot_id(sources.boot_id_path)
-    previous, _ = node_state.load_kept(sources.state_dir, node)     # a newer version's: the gate says so
-    runs_in_boot = previous.runs_in_boot + 1 if previous.boot_id == boot else 1
-    in_grace = runs_in_boot <= policy.boot_grace_runs
 
     from ..remediate import health_reads
 
     report = run_checks(config, node, TIER, sources=sources, now=started, consumer=CONSUMER, probes=probes,
                         extra_reads=health_reads(config))
     without_timeout_drains(report.findings, policy.drain_on_probe_timeout)
-    counted = tally(causes_of(report.findings, policy.drain), previous.failing, previous.xid_boots, boot, in_grace, policy)
+    causes = causes_of(report.findings, policy.drain)
 
     # The drain gate: from the Slurm read to the saved state, this node's other hooks wait (no
     # double drain), and the drain record is the one they keep (whoever drained).
-    request = gate.Request("judge", node, "healthcheck", findings=tuple(report.findings),
-                           causes=tuple(counted.confirmed), pending=bool(counted.pending),
-                           unseen=unseen(report.findings), boot_id=boot, now=started)
     with gate.session(config, backend, node, state_dir=sources.state_dir, policy=policy.drain, dry_run=dry_run) as door:
+        # Counted from the state as it is under the lock (a newer version's: the gate says so):
+        # the watcher's run and slurmd's can overlap, and what the other saved while this one
+        # probed (an Xid's boot, a failing streak) is counted on, never written over.
+        previous = door.state
+        runs_in_boot = previous.runs_in_boot + 1 if previous.boot_id == boot else 1
+        in_grace = runs_in_boot <= policy.boot_grace_runs
+        counted = tally(causes, previous.failing, previous.xid_boots, boot, in_grace, policy)
+        request = gate.Request("judge", node, "healthcheck", findings=tuple(report.findings),
+                               causes=tuple(counted.confirmed), pending=bool(counted.pending),
+                               unseen=unseen(report.findings), boot_id=boot, now=started)
         outcome = door.submit(request)
         remedy = None
         if not dry_run and door.state.drained is not None and config.typed(RemediatePolicy).enabled:
