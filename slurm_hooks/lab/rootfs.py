@@ -1,8 +1,9 @@
 """A Slurm release's Debian root filesystem: built once with ``debootstrap`` and cached under
 the lab directory (``$LAB/rootfs/VERSION``), entered through a mount namespace.
 
-Entering is one ``unshare --mount`` with two bind mounts: the root filesystem's ``/etc`` and
-``/usr`` over the host's. The host is merged-/usr (``/bin``, ``/lib``, ``/sbin`` are links
+Entering is one ``unshare --mount`` with three bind mounts: the root filesystem's ``/etc``,
+``/usr`` and ``/opt`` over the host's (``/opt``: where a package of ours, installed into the root
+filesystem with its own dpkg, makes its venv). The host is merged-/usr (``/bin``, ``/lib``, ``/sbin`` are links
 into ``/usr``), so every program, library and user (``/etc/passwd``) is then the release's,
 while ``/var``, ``/tmp``, ``/proc``, ``/dev``, ``/sys`` and ``/run`` stay the host's: the lab
 directory, its state and job output keep their paths, pids are the host's, and the mounts
@@ -47,7 +48,10 @@ SOURCE_STAMP = VENV + "/source.sha256"    # read through the link
 # Copied from the host into the root filesystem's /etc at every `lab up`.
 HOST_ETC = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 UNSHARE = "/usr/bin/unshare"
-ENTER = '/usr/bin/mount --bind "$0/etc" /etc && /usr/bin/mount --bind "$0/usr" /usr && exec "$@"'
+ENTER = ('/usr/bin/mount --bind "$0/etc" /etc && /usr/bin/mount --bind "$0/usr" /usr'
+         ' && /usr/bin/mount --bind "$0/opt" /opt && exec "$@"')
+# Directories ENTER binds that a root filesystem built before it bound them may lack.
+BOUND_DIRS = ("/opt",)
 MIRROR_ENV = "SLURM_GPU_LAB_MIRROR"
 # What of the checkout goes into the wheel (setup.cfg's packages, and the files it reads).
 PACKAGED = ("setup.cfg", "pyproject.toml", "README.md", "healthcheck", "slurm_hooks", "etc", "man")
@@ -127,8 +131,12 @@ def build(lab: LabPaths, release: Release, say: Say) -> Optional[float]:
 
 
 def sync_etc(root: str) -> None:
-    """The host's name and resolver in the root filesystem (Slurm resolves the host's name)."""
+    """The host's name and resolver in the root filesystem (Slurm resolves the host's name), and
+    the directories ENTER binds."""
     from .files import write_if_changed
+
+    for path in BOUND_DIRS:
+        os.makedirs(inside(root, path), mode=0o755, exist_ok=True)
 
     for path in HOST_ETC:
         if os.path.isfile(path):
