@@ -17,6 +17,7 @@ import pytest
 
 from slurm_hooks.lab.paths import NODES, TESTS_LOCK, LabPaths, lab_dir
 from slurm_hooks.lab.commands import slurm_gpu_argv
+from slurm_hooks.lab import LabError, releases
 from slurm_hooks.lab.releases import RELEASE_ENV, default_version
 
 UP_TIMEOUT = 900        # includes apt-get install on a fresh machine
@@ -77,6 +78,17 @@ def pytest_collection_modifyitems(session, config, items):
     # scenario table, the records round trip, a health-check drain and resume, the prolog
     # refusing a bad GPU, the drain gate's acceptance, lab down); the default release runs them
     # all, and so does any release with $SLURM_GPU_LAB_ALL_TESTS set.
+    # A test marked `rootfs_release` installs into the release's Debian root filesystem: a release
+    # run from the host's own packages (22.05) has none, and the test is not collected there.
+    try:
+        host_packages = not releases.get(lab_release()).rootfs
+    except LabError:        # an unknown release: `lab up` says so, in the lab fixture
+        host_packages = False
+    if host_packages:
+        kept = [item for item in items if item.get_closest_marker("rootfs_release") is None]
+        if len(kept) != len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+            items[:] = kept
     if lab_release() != default_version() and not os.environ.get(ALL_TESTS_ENV):
         kept, dropped = [], []
         for item in items:
