@@ -170,6 +170,31 @@ def _queue_and_deliver(config, record: Dict[str, Any], backend) -> str:
     return "queued, delivering in background"
 
 
+def _deliver_unkept(config, record: Dict[str, Any], backend) -> str:
+    """The entry of a record the state dir could not keep (full, read-only): nothing is left to
+    queue it from or to deliver it later, so it is written to accounting now, once, as the queue
+    writes (read, merge, write, verify). A job not yet in accounting, or slurmdbd down, loses it:
+    said on stderr and in the journal."""
+    from healthcheck.records import store
+    from healthcheck.records.outbox import DeliverySettings, write_entries
+    from healthcheck.slurm.backend import SlurmError
+    from healthcheck.slurm.job_accounting import SlurmAccounting
+
+    job_id = str(record["job_id"])
+    try:
+        written = write_entries(SlurmAccounting(backend), job_id, [store.entry_for(record)],
+                                DeliverySettings.from_config(config))
+        problem = "" if written.delivered else (written.reason or "not delivered")
+    except SlurmError as exc:
+        problem = str(exc)
+    if not problem:
+        _note("entry", "delivered at once")
+        return "delivered at once (record not kept)"
+    print(f"slurm-gpu-epilog: job {job_id}: accounting entry lost: the record could not be kept and "
+          f"writing it at once failed: {problem}", file=sys.stderr)
+    return f"lost: {problem}"
+
+
 # -- EpilogSlurmctld ------------------------------------------------------------------------------
 
 def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
@@ -190,10 +215,19 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
     record = _record(config, job_id, store.JOB_LEVEL, result, fields, problem, env, time.time(),
                      local_epoch(fields.get("StartTime", "")), config.typed(RecordsSettings).accounting,
                      nodes=nodes, context=CONTEXT_SLURMCTLD)
-    store.write_record(config.state_dir, record)
+    accounting = config.typed(RecordsSettings).accounting
+    try:
+        store.write_record(config.state_dir, record)
+    except OSError as exc:
+        print(f"slurm-gpu-epilog: job {job_id}: record not saved ({result.cls}): {exc}", file=sys.stderr)
+        out = {"result": "classified", "class": result.cls, "record": f"not saved: {exc.strerror or exc}",
+               "accounting": "off"}
+        if accounting:
+            out["accounting"] = _deliver_unkept(config, record, backend)
+        return out
     _note("record", "written")
     delivery = "off"
-    if config.typed(RecordsSettings).accounting:
+    if accounting:
         delivery = _queue_and_deliver(config, record, backend)
     return {"result": "classified", "class": result.cls, "accounting": delivery}
 
@@ -280,10 +314,13 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         _note("record", "written")
         store.note_ending(config.state_dir, node, job_id, now)
     except OSError as exc:
-        # A full or read-only state dir loses the record, and with it the entry (the queue
-        # holds a reference to the record), never the drain of a bad node.
+        # A full or read-only state dir cannot keep the record (nor queue its entry: the queue
+        # holds a reference to the record); the entry goes to accounting at once instead, and
+        # the drain of a bad node happens all the same.
         print(f"slurm-gpu-epilog: {node}: job {job_id}: record not saved ({result.cls}): {exc}", file=sys.stderr)
         out["record"] = f"not saved: {exc.strerror or exc}"
+        if record.get("entry_wanted"):
+            out["accounting"] = _deliver_unkept(config, record, backend)
     # Drain with our reason when a finding or a job-window Xid says so (the health check's rules).
     drain = drain_for(config, backend, node, report.findings, kernel["events"], by="epilog", sources=sources)
     if drain:

@@ -395,3 +395,84 @@ def test_a_healthy_job_and_a_quiet_health_check_load_only_what_they_use(node):
         # (the prolog's) has made it: no TOML parser (healthcheck/compiled.py; root's hooks only).
         assert not {"tomllib", "tomli"} & (seen["epilog"] | seen["healthcheck"])
     assert "healthcheck.kernellog.cursor" in seen["epilog"]      # the job's reader was looked at
+
+
+# -- a state dir that cannot keep the record: the entry goes to accounting at once ------------------
+
+class _Accounted:
+    """A FakeBackend whose accounting rows take what sacctmgr writes (as test_job_view's)."""
+
+    @staticmethod
+    def make(jobs_in_accounting):
+        from healthcheck.records import admin_comment as ac
+        from .fake_backend import FakeBackend
+
+        class Accounted(FakeBackend):
+            def set_admin_comment(self, job_id, text):
+                super().set_admin_comment(job_id, text)
+                for row in self.accounting_rows:
+                    if row["JobIDRaw"] == job_id:
+                        row["AdminComment"] = ac.as_stored_by_sacctmgr(text)
+
+        backend = Accounted()
+        backend.accounting_rows = [{"JobID": job, "JobIDRaw": job, "AdminComment": ""} for job in jobs_in_accounting]
+        return backend
+
+
+def _disk_full(node, monkeypatch, jobs_in_accounting=("5",)):
+    import errno
+
+    with open(node["config"]) as handle:
+        text = handle.read()
+    with open(node["config"], "w") as handle:
+        handle.write(text.replace("[records]\n", "[records]\nverify_delay_s = 0\nverify_jitter_s = 0\n"))
+    backend = _Accounted.make(jobs_in_accounting)
+    monkeypatch.setattr("slurm_hooks.delivery.backend_for", lambda config: backend)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("healthcheck.records.store.write_record", full)
+    return backend
+
+
+def _entries(backend, job):
+    from healthcheck.records import admin_comment as ac
+
+    return ac.parse(next(row["AdminComment"] for row in backend.accounting_rows if row["JobIDRaw"] == job))
+
+
+def test_epilog_slurmctld_on_a_full_state_dir_writes_the_entry_to_accounting_at_once(node, monkeypatch, capsys):
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmctld")
+    node["env"].delenv("SLURMD_NODENAME")
+    node["env"].setenv("SLURM_JOB_NODELIST", "gpu[1-3]")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "3:0")
+    backend = _disk_full(node, monkeypatch)
+    assert epilog.main([]) == 0
+    [entry] = _entries(backend, "5")
+    assert entry["class"].upper() == "FAILED" and entry["node"] == "*" and entry["exit"] == 3, entry
+    assert "record not saved (FAILED)" in capsys.readouterr().err
+    assert outbox.pending(node["state"]) == {}
+
+
+def test_epilog_on_a_full_state_dir_writes_a_gpu_lost_entry_at_once(node, monkeypatch):
+    assert prolog.main([]) == 0
+    inject(node, "gpu.3.state=lost", "--log", XID79.format(pci=kernel_pci(node, 3)))
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "1:0")
+    backend = _disk_full(node, monkeypatch)
+    assert epilog.main([]) == 0
+    [entry] = _entries(backend, "5")
+    assert entry["class"].upper() == "GPU_LOST" and entry["xid"] == 79 and entry["gpu"] == 3, entry
+
+
+def test_an_entry_that_cannot_be_kept_nor_written_is_said_lost(node, monkeypatch, capsys):
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmctld")
+    node["env"].delenv("SLURMD_NODENAME")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "3:0")
+    backend = _disk_full(node, monkeypatch, jobs_in_accounting=())
+    assert epilog.main([]) == 0
+    err = capsys.readouterr().err
+    assert "job 5: accounting entry lost: the record could not be kept and writing it at once failed: " \
+           "the job is not in accounting yet" in err, err
+    assert not backend.writes()
