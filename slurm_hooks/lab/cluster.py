@@ -18,7 +18,7 @@ from . import LabError
 from . import daemons as D
 from . import monitoring
 from . import paths as P
-from . import releases, render, rootfs, stateless
+from . import releases, render, rootfs, stateless, statefs
 from . import watchers
 from .files import _check_safe_dir, make_dir, write_if_changed  # noqa: F401 (lab API)
 from .install import command, ensure_packages
@@ -221,17 +221,24 @@ def state_paths(lab: LabPaths) -> List[str]:
     return [lab.ctld_state, lab.spool, lab.mysql, lab.state, lab.jobs]
 
 
+def _running(lab: LabPaths) -> bool:
+    return bool(D.leftovers(lab)) or any(daemon.pid(lab) is not None for daemon in D.daemons(lab))
+
+
 def wipe_state(lab: LabPaths, say: Say) -> List[str]:
     """Remove ``state_paths`` of a stopped lab (never through a link: one is refused);
     configuration, logs, installed packages and the munge key stay. Returns what it removed."""
-    if D.leftovers(lab) or any(daemon.pid(lab) is not None for daemon in D.daemons(lab)):
+    if _running(lab):
         raise LabError("the lab is still running: `slurm-gpu lab down` first")
     removed = []
     for path in state_paths(lab):
         if os.path.islink(path):
             raise LabError(f"{path} is a symbolic link: not removed; remove it yourself")
         if os.path.lexists(path):
-            shutil.rmtree(path)
+            if statefs.own_filesystem(path):
+                statefs.clear(path)         # the hooks' state filesystem: emptied, left mounted
+            else:
+                shutil.rmtree(path)
             removed.append(path)
     if removed:
         say(f"clean start: removed {', '.join(removed)}")
@@ -265,6 +272,8 @@ def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
     resized = resize(lab, nodes or P.DEFAULT_NODE_COUNT, echo)
     prepare_tree(lab)
     say = make_say(lab, echo)
+    if not _running(lab):
+        statefs.ensure(lab.state, say)      # what the soak fills for "the state disk is full"
     if resized:
         say(f"the lab had {resized} node(s): stopped it to start it with {len(lab.nodes())}")
     if before:
