@@ -103,6 +103,32 @@ def test_the_lab_tests_three_minute_schedule_has_a_fault_a_restart_and_a_kill():
     events = S.schedule(PLAN, SEED)
     kinds = [e.kind for e in events]
     assert 1 <= kinds.count("fault") <= 2 and "stop_daemon" in kinds and "kill_watcher" in kinds
+    assert kinds.count("disk_full") == kinds.count("disk_free") == 1
+
+
+def _windows(events, opens, closes, key):
+    started, out = {}, []
+    for event in events:
+        if event.kind == opens:
+            started[key(event)] = event.at
+        elif event.kind == closes:
+            out.append((started.pop(key(event)), event.at))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_the_state_disk_is_full_apart_from_faults_and_daemon_restarts_and_free_before_the_end(seed):
+    plan = S.Plan(seconds=3 * 3600, nodes=NODES, daemon_every=(300, 900), disk_every=(300, 900))
+    events = S.schedule(plan, seed)
+    disks = _windows(events, "disk_full", "disk_free", lambda e: "disk")
+    assert disks and all(until - start == pytest.approx(60, abs=0.11) for start, until in disks)
+    assert disks[-1][1] <= plan.seconds - plan.quiet_end
+    busy = _windows(events, "fault", "mend", lambda e: e.detail["id"]) + \
+        _windows(events, "stop_daemon", "start_daemon", lambda e: e.detail["daemon"])
+    for start, until in disks:
+        assert not any(b_start <= until and start <= b_until for b_start, b_until in busy), (start, until)
+    for (_, until), (start, _) in zip(disks, disks[1:]):
+        assert start - until >= plan.disk_every[0]
 
 
 # -- drains --------------------------------------------------------------------------------------------
@@ -332,6 +358,7 @@ class FakeLab:
         self.clock = time.monotonic
         self.root = str(tmp_path)
         self.jobs = str(tmp_path / "jobs")
+        self.state = str(tmp_path / "state")
         self.hooks_config = str(tmp_path / "hooks.toml")
         self.slurm_conf = str(tmp_path / "slurm.conf")
         with open(self.hooks_config, "w", encoding="utf-8") as handle:

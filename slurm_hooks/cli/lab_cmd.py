@@ -273,16 +273,20 @@ def _write_results(path: str, doc: dict) -> None:
 @click.option("--settle-seconds", "settle_s", type=click.FloatRange(min=30, max=3600), default=180,
               show_default=True, help="After a fault is mended, how long its node has to be back in service "
                                       "(a drain that starts by then is the fault's).")
+@click.option("--disk-full-seconds", "disk_full_s", type=click.FloatRange(min=10, max=3600), default=60,
+              show_default=True, help="How long the hooks' state disk stays full each time it is filled "
+                                      "(every 15 to 30 minutes, the first within the soak's first quarter).")
 @click.option("--sample-seconds", "sample_s", type=click.FloatRange(min=1, max=600), default=10,
               show_default=True, help="How often each watcher's RSS and open descriptors are read.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of the table.")
 @click.option("--out", "out", metavar="FILE", default=None, help="Also write the results JSON to FILE.")
 @_guarded
 def soak(directory: Optional[str], minutes: float, hours: float, seed: Optional[int], max_faults: Optional[int],
-         settle_s: float, sample_s: float, as_json: bool, out: Optional[str]) -> None:
+         settle_s: float, disk_full_s: float, sample_s: float, as_json: bool, out: Optional[str]) -> None:
     """Run the lab that is up under faults for a while (remediation on): jobs of every shape end
     continuously, hardware faults of every kind the simulator has are injected on random nodes
-    and mended, slurmdbd and slurmctld are restarted and watchers killed at random. Prints what
+    and mended, slurmdbd and slurmctld are restarted and watchers killed at random, the hooks' state
+    disk is filled for a while (--disk-full-seconds). Prints what
     it saw (docs/reliability.md). Exit 1 when a job's record was lost, a node drained with no
     fault injected, or an injected fault was not drained with its cause.
 
@@ -299,7 +303,8 @@ def soak(directory: Optional[str], minutes: float, hours: float, seed: Optional[
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
     paths = _lab_paths(directory)
-    plan = S.Plan(seconds=seconds, nodes=paths.nodes(), settle_s=settle_s, max_faults=max_faults)
+    plan = S.Plan(seconds=seconds, nodes=paths.nodes(), settle_s=settle_s, max_faults=max_faults,
+                  disk_for=(disk_full_s, disk_full_s))
     began = time.time()
     doc = versioned(S.run_soak(paths, plan, seed, echo=(lambda _m: None) if as_json else click.echo,
                                sample_s=sample_s))

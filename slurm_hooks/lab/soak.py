@@ -107,6 +107,11 @@ class Plan:
     daemon_down: Tuple[float, float] = (5, 30)
     watcher_every: Tuple[float, float] = (180, 480)
     watcher_down: Tuple[float, float] = (5, 30)
+    # The hooks' state disk full (statefs: every free byte taken): never while a fault is being
+    # injected or mended, nor while a daemon is down (a record that can neither be kept nor
+    # delivered has nowhere to go); the first within the first quarter of the soak.
+    disk_every: Tuple[float, float] = (900, 1800)
+    disk_for: Tuple[float, float] = (60, 60)
     gpus: int = P.GPUS_PER_NODE
     first_at: float = 10            # nothing but jobs before this (the first jobs start)
     quiet_end: float = 10           # nothing injected, stopped or killed in the last seconds
@@ -116,6 +121,7 @@ class Plan:
 class Event:
     at: float                       # seconds after the soak's start
     kind: str                       # job | fault | mend | stop_daemon | start_daemon | kill_watcher | start_watcher
+    #                                 | disk_full | disk_free
     node: str = ""
     detail: Dict[str, Any] = field(default_factory=dict)
 
@@ -123,8 +129,8 @@ class Event:
         return asdict(self)
 
 
-ORDER = {"mend": 0, "start_daemon": 1, "start_watcher": 2, "fault": 3, "stop_daemon": 4, "kill_watcher": 5,
-         "job": 6}
+ORDER = {"mend": 0, "start_daemon": 1, "start_watcher": 2, "disk_free": 3, "fault": 4, "stop_daemon": 5,
+         "kill_watcher": 6, "disk_full": 7, "job": 8}
 
 
 def _draw(rng: random.Random, span: Tuple[float, float]) -> float:
@@ -186,8 +192,40 @@ def schedule(plan: Plan, seed: int) -> List[Event]:
             events.append(Event(round(at, 1), stop, node, dict(detail)))
             events.append(Event(back, start, node, dict(detail)))
             at = back + _draw(rng, every)
+
+    events.sort(key=lambda e: (e.at, ORDER[e.kind]))
+    events += disk_windows(plan, rng, events)
     events.sort(key=lambda e: (e.at, ORDER[e.kind]))
     return events
+
+
+def disk_windows(plan: Plan, rng: random.Random, events: Sequence[Event]) -> List[Event]:
+    """The state disk's full minutes (``disk_full``, then ``disk_free``), none overlapping a fault
+    from its injection to its mend or a daemon from its stop to its start."""
+    end = plan.seconds - plan.quiet_end
+    busy: List[Tuple[float, float]] = []
+    opened: Dict[Any, float] = {}
+    for event in events:
+        key = event.detail.get("id", event.detail.get("daemon"))
+        if event.kind in ("fault", "stop_daemon"):
+            opened[(event.kind, key)] = event.at
+        elif event.kind == "mend":
+            busy.append((opened.pop(("fault", key), 0.0), event.at))
+        elif event.kind == "start_daemon":
+            busy.append((opened.pop(("stop_daemon", key), 0.0), event.at))
+    out: List[Event] = []
+    at = plan.first_at + _draw(rng, (0, min(plan.disk_every[0], plan.seconds / 4)))
+    while at < end:
+        hold = _draw(rng, plan.disk_for)
+        clash = [until for start, until in busy if start <= at + hold and at <= until]
+        if clash:
+            at = max(clash) + 1
+            continue
+        if at + hold > end:
+            break
+        out += [Event(round(at, 1), "disk_full"), Event(round(at + hold, 1), "disk_free")]
+        at += hold + _draw(rng, plan.disk_every)
+    return out
 
 
 # -- drains (pure) ------------------------------------------------------------------------------------
@@ -358,6 +396,9 @@ class Observations:
     samples: Dict[str, List[Sample]] = field(default_factory=dict)
     daemon_restarts: Dict[str, int] = field(default_factory=dict)
     watcher_kills: int = 0
+    disk_full_windows: int = 0
+    disk_full_s: float = 0.0
+    disk_full_bytes: int = 0              # the most one filling took
     reboots: int = 0
     resets: int = 0
     records_wait_s: float = 0.0
@@ -425,6 +466,9 @@ def results(obs: Observations, settle_s: float) -> Dict[str, Any]:
         "still_out": backs.count("out"),
         "daemon_restarts": dict(sorted(obs.daemon_restarts.items())),
         "watcher_kills": obs.watcher_kills,
+        "state_disk_full": obs.disk_full_windows,
+        "state_disk_full_s": round(obs.disk_full_s, 1),
+        "state_disk_full_mib": round(obs.disk_full_bytes / 2 ** 20, 1),
         "watchers": {node: watcher_summary(samples) for node, samples in sorted(obs.samples.items())},
         "error_count": obs.error_count,
         "errors": obs.errors,
@@ -449,6 +493,8 @@ TABLE_ROWS = (
     ("resumed by the soak", "resumed_by_soak"),
     ("left in inspection", "in_inspection"),
     ("watcher kills", "watcher_kills"),
+    ("state disk full (times)", "state_disk_full"),
+    ("state disk full (seconds)", "state_disk_full_s"),
 )
 
 
@@ -528,6 +574,7 @@ class Soak:
         self.cancels: Dict[str, float] = {}                  # job id -> cancel once running, from then
         self.down_daemons: List[str] = []
         self.down_watchers: List[str] = []
+        self.disk_full_at: Optional[float] = None
         self.config_text: Optional[str] = None
         self.tracker: Optional[DrainTracker] = None
 
@@ -558,6 +605,9 @@ class Soak:
         from healthcheck.actions import kept, ledger as ledgers
         from healthcheck.slurm import SlurmError
 
+        from . import statefs
+
+        statefs.empty(self.lab.state)        # an interrupted soak's filler: the disk has room again
         self.session.preflight()
         self.started = True
         self.tracker = DrainTracker(self.session.drain_prefix)
@@ -583,6 +633,8 @@ class Soak:
             self.sample_watcher(node)
 
     def put_back(self) -> None:
+        if self.started:
+            self.free_disk()
         if self.config_text is not None:
             atomic_write(self.lab.hooks_config, self.config_text, mode=CONFIG_MODE)
             self.config_text = None
@@ -674,6 +726,24 @@ class Soak:
         if node in self.down_watchers:
             self.down_watchers.remove(node)
 
+    def fill_disk(self) -> None:
+        from . import statefs
+
+        taken = statefs.fill(self.lab.state)
+        self.disk_full_at = self.now()
+        self.obs.disk_full_windows += 1
+        self.obs.disk_full_bytes = max(self.obs.disk_full_bytes, taken)
+        self.session.echo(f"the hooks' state disk is full ({taken / 2 ** 20:.0f} MiB taken)")
+
+    def free_disk(self) -> None:
+        from . import statefs
+
+        if statefs.empty(self.lab.state):
+            self.session.echo("the hooks' state disk has room again")
+        if self.disk_full_at is not None:
+            self.obs.disk_full_s += self.now() - self.disk_full_at
+            self.disk_full_at = None
+
     def run_event(self, event: Event) -> None:
         steps: Dict[str, Callable[[], None]] = {
             "job": lambda: self.submit(event),
@@ -683,6 +753,8 @@ class Soak:
             "start_daemon": lambda: self.start_daemon(event.detail["daemon"]),
             "kill_watcher": lambda: self.kill_watcher(event.node),
             "start_watcher": lambda: self.start_watcher(event.node),
+            "disk_full": self.fill_disk,
+            "disk_free": self.free_disk,
         }
         self.attempt(f"{event.kind} {event.node or event.detail.get('daemon', '')}".strip(), steps[event.kind])
 
