@@ -80,6 +80,33 @@ def test_a_full_disk_leaves_the_previous_file_and_no_temporary(tmp_path, monkeyp
     assert leftovers(tmp_path) == []
 
 
+def test_a_line_torn_by_a_full_disk_never_swallows_the_next_append(tmp_path, monkeypatch):
+    """Measured in the lab's soak: a journal append on a full state disk wrote part of its line
+    (the rest of the file's last page), and the next run's line was glued to it: both lost."""
+    import json
+
+    journal = tmp_path / "gpu2.jsonl"
+    fsutil.append_line(str(journal), json.dumps({"run": 1}))
+    real_write = os.write
+    budget = [7]
+
+    def disk_fills(fd, data):
+        if budget[0] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written = real_write(fd, bytes(data[:budget[0]]))
+        budget[0] -= written
+        return written
+
+    monkeypatch.setattr(fsutil.os, "write", disk_fills)
+    with pytest.raises(OSError):
+        fsutil.append_line(str(journal), json.dumps({"run": 2, "torn": "by the full disk"}))
+    monkeypatch.setattr(fsutil.os, "write", real_write)
+    fsutil.append_line(str(journal), json.dumps({"run": 3}))
+    lines = journal.read_text().splitlines()
+    assert lines[0] == '{"run": 1}' and lines[-1] == '{"run": 3}' and len(lines) == 3
+    assert json.loads(lines[-1]) == {"run": 3}
+
+
 def test_a_write_that_returns_zero_is_an_error_not_a_truncated_file(tmp_path, monkeypatch):
     target = tmp_path / "cursor.json"
     fsutil.atomic_write(str(target), b"old")

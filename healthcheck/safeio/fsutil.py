@@ -189,9 +189,15 @@ def open_state_file(path: str, flags: int, mode: int = FILE_MODE, *, ours: bool 
 
 
 def append_line(path: str, line: str, mode: int = FILE_MODE) -> None:
-    fd = open_state_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
+    """Append one line. A line an earlier append left torn (a full disk wrote part of it, a
+    crash) is ended first, so that it never swallows this one: readers skip the torn line alone."""
+    fd = open_state_file(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, mode)
     try:
-        _write_all(fd, (line.rstrip("\n") + "\n").encode("utf-8", "surrogateescape"))
+        payload = (line.rstrip("\n") + "\n").encode("utf-8", "surrogateescape")
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            payload = b"\n" + payload
+        _write_all(fd, payload)
     finally:
         os.close(fd)
 
