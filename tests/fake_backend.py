@@ -142,3 +142,16 @@ class FakeBackend:
         import hostlist
 
         return hostlist.expand_hostlist(expression)
+
+
+class AccountedBackend(FakeBackend):
+    """A FakeBackend whose accounting rows (``accounting_rows``, by JobIDRaw) take the AdminComment
+    sacctmgr writes, as slurmdbd shows it back (``as_stored_by_sacctmgr``)."""
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        from healthcheck.records import admin_comment
+
+        super().set_admin_comment(job_id, text)
+        for row in self.accounting_rows:
+            if row["JobIDRaw"] == job_id:
+                row["AdminComment"] = admin_comment.as_stored_by_sacctmgr(text)

@@ -58,21 +58,24 @@ def test_short_writes_are_continued_until_the_whole_file_is_written(tmp_path, mo
     assert target.read_bytes() == payload
 
 
+def disk_that_fills_after(budget: int):
+    """os.write of a disk with ``budget`` bytes left: writes what fits, then ENOSPC."""
+    real_write, left = os.write, [budget]
+
+    def write(fd, data):
+        if left[0] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written = real_write(fd, bytes(data[:left[0]]))
+        left[0] -= written
+        return written
+    return write
+
+
 @pytest.mark.parametrize("after", [0, 100])
 def test_a_full_disk_leaves_the_previous_file_and_no_temporary(tmp_path, monkeypatch, after):
     target = tmp_path / "flood.json"
     fsutil.atomic_write(str(target), b'{"old": true}')
-    real_write = os.write
-    budget = [after]
-
-    def disk_fills(fd, data):
-        if budget[0] <= 0:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        written = real_write(fd, bytes(data[:budget[0]]))
-        budget[0] -= written
-        return written
-
-    monkeypatch.setattr(fsutil.os, "write", disk_fills)
+    monkeypatch.setattr(fsutil.os, "write", disk_that_fills_after(after))
     with pytest.raises(OSError) as caught:
         fsutil.atomic_write(str(target), b'{"new": ' + b"0" * 5000 + b"}")
     assert caught.value.errno == errno.ENOSPC
@@ -88,16 +91,7 @@ def test_a_line_torn_by_a_full_disk_never_swallows_the_next_append(tmp_path, mon
     journal = tmp_path / "gpu2.jsonl"
     fsutil.append_line(str(journal), json.dumps({"run": 1}))
     real_write = os.write
-    budget = [7]
-
-    def disk_fills(fd, data):
-        if budget[0] <= 0:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        written = real_write(fd, bytes(data[:budget[0]]))
-        budget[0] -= written
-        return written
-
-    monkeypatch.setattr(fsutil.os, "write", disk_fills)
+    monkeypatch.setattr(fsutil.os, "write", disk_that_fills_after(7))
     with pytest.raises(OSError):
         fsutil.append_line(str(journal), json.dumps({"run": 2, "torn": "by the full disk"}))
     monkeypatch.setattr(fsutil.os, "write", real_write)

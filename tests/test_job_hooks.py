@@ -399,26 +399,6 @@ def test_a_healthy_job_and_a_quiet_health_check_load_only_what_they_use(node):
 
 # -- a state dir that cannot keep the record: the entry goes to accounting at once ------------------
 
-class _Accounted:
-    """A FakeBackend whose accounting rows take what sacctmgr writes (as test_job_view's)."""
-
-    @staticmethod
-    def make(jobs_in_accounting):
-        from healthcheck.records import admin_comment as ac
-        from .fake_backend import FakeBackend
-
-        class Accounted(FakeBackend):
-            def set_admin_comment(self, job_id, text):
-                super().set_admin_comment(job_id, text)
-                for row in self.accounting_rows:
-                    if row["JobIDRaw"] == job_id:
-                        row["AdminComment"] = ac.as_stored_by_sacctmgr(text)
-
-        backend = Accounted()
-        backend.accounting_rows = [{"JobID": job, "JobIDRaw": job, "AdminComment": ""} for job in jobs_in_accounting]
-        return backend
-
-
 def _disk_full(node, monkeypatch, jobs_in_accounting=("5",)):
     import errno
 
@@ -426,7 +406,10 @@ def _disk_full(node, monkeypatch, jobs_in_accounting=("5",)):
         text = handle.read()
     with open(node["config"], "w") as handle:
         handle.write(text.replace("[records]\n", "[records]\nverify_delay_s = 0\nverify_jitter_s = 0\n"))
-    backend = _Accounted.make(jobs_in_accounting)
+    from .fake_backend import AccountedBackend
+
+    backend = AccountedBackend()
+    backend.accounting_rows = [{"JobID": job, "JobIDRaw": job, "AdminComment": ""} for job in jobs_in_accounting]
     monkeypatch.setattr("slurm_hooks.delivery.backend_for", lambda config: backend)
 
     def full(*args, **kwargs):

@@ -143,17 +143,10 @@ def test_cli_accepts_the_ids_sacct_shows_and_refuses_others(sim_config):
 
 def test_a_delivery_round_reads_every_queued_job_with_one_sacct(tmp_path):
     from healthcheck.records import outbox
-    from .fake_backend import FakeBackend
+    from .fake_backend import AccountedBackend
     from healthcheck.slurm.job_accounting import SlurmAccounting
 
-    class Accounted(FakeBackend):
-        def set_admin_comment(self, job_id, text):
-            super().set_admin_comment(job_id, text)
-            for row in self.accounting_rows:
-                if row["JobIDRaw"] == job_id:
-                    row["AdminComment"] = ac.as_stored_by_sacctmgr(text)
-
-    backend = Accounted()
+    backend = AccountedBackend()
     backend.accounting_rows = [{"JobID": f"600_{t}", "JobIDRaw": str(600 + t), "AdminComment": ""} for t in range(1, 11)]
     for t in range(1, 11):
         record = {"job_id": str(600 + t), "node": "*", "class": "COMPLETED"}
