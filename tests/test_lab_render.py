@@ -261,3 +261,37 @@ def test_the_taskprolog_wrapper_lets_the_task_run_when_its_user_cannot_start_the
     assert done.returncode == 0 and done.stdout == "" and done.stderr
     # every other hook still execs (its exit status is Slurm's signal)
     assert render.hook_wrapper(LAB, "epilog", options()).rstrip().splitlines()[-1].startswith("exec ")
+
+
+def test_gb200_trays_get_four_gpus_their_profile_and_their_own_group():
+    """`lab up --gb200 2`: gpu2 and gpu3 are GB200 NVL72 trays; gpu1 stays the H100 node."""
+    from dataclasses import replace
+
+    from healthcheck.safeio import tomlio
+
+    opts = replace(options(), gb200=("gpu2", "gpu3"))
+    nodes = {re.search(r"NodeName=(\S+)", line).group(1): line
+             for line in conf_lines(render.slurm_conf(LAB, opts)) if line.startswith("NodeName=")}
+    assert "Gres=gpu:8 " in nodes["gpu1"] and "Gres=gpu:4 " in nodes["gpu2"] and "Gres=gpu:4 " in nodes["gpu3"]
+    gres = conf_lines(render.gres_conf(LAB, opts))
+    assert gres[0].endswith("gpu1/nvidia[0-7]") and gres[2].endswith("gpu3/nvidia[0-3]")
+    config = Config.from_document(tomlio.loads(render.hooks_config(LAB, opts)),
+                                  os.path.join(LAB.etc, "slurm-gpu-hooks.toml"))
+    assert config.sim_profile_path("gpu1") == os.path.join(LAB.sim_profiles, "h100-healthy.toml")
+    assert config.sim_profile_path("gpu3") == os.path.join(LAB.sim_profiles, "gb200-nvl72-healthy.toml")
+    assert config.expected_hardware("gpu1")["gpus"] == 8
+    tray = config.expected_hardware("gpu2")
+    assert tray["gpus"] == 4 and tray["gpu_model"] == "GB200" and tray["imex_owned"] is True
+    assert tray["ib_ports"] == [f"mlx5_{i}:1" for i in range(4)]
+
+
+def test_the_lab_reads_its_gb200_trays_as_its_last_nodes(tmp_path):
+    lab = LabPaths(str(tmp_path))
+    os.makedirs(lab.etc)
+    assert lab.gb200_nodes() == () and lab.gpus("gpu3") == 8                   # nothing recorded
+    with open(lab.gb200_file, "w") as handle:
+        handle.write("2\n")
+    assert lab.gb200_nodes() == ("gpu2", "gpu3") and lab.gpus("gpu3") == 4 and lab.gpus("gpu1") == 8
+    with open(lab.gb200_file, "w") as handle:
+        handle.write("3\n")                                                     # never every node
+    assert lab.gb200_nodes() == ()

@@ -77,6 +77,10 @@ def lab() -> None:
               help="The nodes boot as a diskless image does (Warewulf): the lab's RebootProgram empties a "
                    "rebooted node's state and runtime directories (its simulated GPUs stay). The next "
                    "`lab up` without it turns it off.")
+@click.option("--gb200", "gb200", type=click.IntRange(min=0, max=255), default=0, metavar="N",
+              help="The last N nodes are GB200 NVL72 compute trays: 4 GPUs each (Gres=gpu:4), the "
+                   "gb200-nvl72-healthy profile, one multi-node NVLink domain, their own [[nodes]] group "
+                   "(default 0; none again at the next `lab up` without it).")
 @click.option("--hooks-off", "hooks_off", is_flag=True,
               help="The baseline bench/scale measures the hooks against: slurm.conf names no Prolog, Epilog, "
                    "EpilogSlurmctld, HealthCheckProgram or TaskProlog, and no slurm-gpu-watch runs. The next "
@@ -86,7 +90,7 @@ def lab() -> None:
                    "slurmctld's state, the slurmd spools, the accounting database) before starting it.")
 @_guarded
 def up(directory: Optional[str], version: Optional[str], health_interval: Optional[int], nodes: Optional[int],
-       stateless_nodes: bool, hooks_off: bool, clean: bool) -> None:
+       stateless_nodes: bool, hooks_off: bool, clean: bool, gb200: int) -> None:
     """Install what is missing, start every daemon and one slurm-gpu-watch per node, install the
     hooks (idempotent).
 
@@ -96,7 +100,7 @@ def up(directory: Optional[str], version: Optional[str], health_interval: Option
 
     paths = _lab_paths(directory)
     cluster.up(paths, click.echo, version, health_interval=health_interval, clean=clean, nodes=nodes,
-               stateless_nodes=stateless_nodes, hooks=not hooks_off)
+               stateless_nodes=stateless_nodes, hooks=not hooks_off, gb200=gb200)
     for line in cluster.describe_up(paths):
         click.echo(line)
 
@@ -303,7 +307,9 @@ def soak(directory: Optional[str], minutes: float, hours: float, seed: Optional[
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
     paths = _lab_paths(directory)
-    plan = S.Plan(seconds=seconds, nodes=paths.nodes(), settle_s=settle_s, max_faults=max_faults,
+    # The H100 nodes: the soak's faults name GPUs 0-7 (a GB200 tray has 4).
+    nodes = tuple(node for node in paths.nodes() if node not in paths.gb200_nodes())
+    plan = S.Plan(seconds=seconds, nodes=nodes, settle_s=settle_s, max_faults=max_faults,
                   disk_for=(disk_full_s, disk_full_s))
     began = time.time()
     doc = versioned(S.run_soak(paths, plan, seed, echo=(lambda _m: None) if as_json else click.echo,

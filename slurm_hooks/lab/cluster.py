@@ -43,9 +43,10 @@ def prepare_tree(lab: LabPaths) -> None:
 
 
 def make_fake_gpus(lab: LabPaths) -> None:
-    """nvidia0..7 per node: character devices (major 195) that slurmd accepts as GPU files."""
+    """nvidia0..7 per node (0..3 on a GB200 tray): character devices (major 195) that slurmd
+    accepts as GPU files."""
     for node in lab.nodes():
-        for index in range(P.GPUS_PER_NODE):
+        for index in range(lab.gpus(node)):
             path = os.path.join(lab.fake_gpu_dir(node), f"nvidia{index}")
             wanted = os.makedev(NVIDIA_MAJOR, index)
             if os.path.lexists(path):
@@ -189,14 +190,15 @@ def check_lab_dir(lab: LabPaths) -> None:
 
 def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None,
        health_interval: Optional[int] = None, clean: bool = False, nodes: Optional[int] = None,
-       stateless_nodes: bool = False, hooks: bool = True) -> Dict[str, object]:
+       stateless_nodes: bool = False, hooks: bool = True, gb200: int = 0) -> Dict[str, object]:
     """Bring the lab up on Slurm ``version`` (None: the default release). ``health_interval``:
     slurm.conf's HealthCheckInterval (None: the lab's default, 10 s). ``nodes``: how many nodes,
     gpu1..gpuN (None: the default 3); another count than the running lab's stops it first.
     ``stateless_nodes``: a node's reboot empties its state as a diskless image's does
     (``stateless.py``; off again at the next ``up`` without it). ``hooks`` False: slurm.conf
     names no hook and no watcher runs (bench/scale's baseline; on again at the next ``up``
-    without it). ``clean``: stop the lab
+    without it). ``gb200``: the last N nodes are GB200 NVL72 trays (4 GPUs, one NVLink domain;
+    fewer than the nodes; none again at the next ``up`` without it). ``clean``: stop the lab
     and wipe its state first (``wipe_state``): the cluster and the hooks start as on a new
     machine, whatever an earlier run left."""
     require_root()
@@ -207,7 +209,7 @@ def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None
         if clean:
             _down(lab, echo)
             wiped = wipe_state(lab, make_say(lab, echo))
-        result = _up(lab, echo, release, health_interval, nodes, hooks)
+        result = _up(lab, echo, release, health_interval, nodes, hooks, gb200)
         stateless.set_stateless(lab, stateless_nodes)
         result["wiped"], result["stateless"] = wiped, stateless_nodes
         return result
@@ -266,10 +268,11 @@ def switch_release(lab: LabPaths, release: releases.Release, echo: Callable[[str
 
 def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
         health_interval: Optional[int] = None, nodes: Optional[int] = None,
-        hooks: bool = True) -> Dict[str, object]:
+        hooks: bool = True, gb200: int = 0) -> Dict[str, object]:
     began = time.monotonic()
     before = switch_release(lab, release, echo)
     resized = resize(lab, nodes or P.DEFAULT_NODE_COUNT, echo)
+    reshaped = set_gb200(lab, gb200)
     prepare_tree(lab)
     say = make_say(lab, echo)
     if not _running(lab):
@@ -312,8 +315,10 @@ def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
         stopped = D.stop(lab, [d for d in table if d.name == "slurmdbd"], say)
         if stopped:
             say("slurmdbd.conf changed: restarting slurmdbd")
-    if not slurm_running:
-        reset_sim_nodes(lab)  # a cold start is a reboot: the simulated nodes come back healthy
+    if not slurm_running or reshaped:
+        # A cold start is a reboot: the simulated nodes come back healthy (and, reshaped, as
+        # their new profile's hardware).
+        reset_sim_nodes(lab)
 
     started = []
     for daemon in table:
@@ -366,8 +371,21 @@ def resize(lab: LabPaths, count: int, echo: Callable[[str], None]) -> Optional[i
     return had if had != count else None
 
 
+def set_gb200(lab: LabPaths, count: int) -> bool:
+    """Record how many of the last nodes are GB200 trays (0: none; slurm.conf, gres.conf and the
+    hooks' config follow at the next render, restarting what they change); True when it changed."""
+    nodes = len(lab.nodes())
+    if not 0 <= count < nodes:
+        raise LabError(f"--gb200 {count}: 0 to {nodes - 1} of the lab's {nodes} nodes (one at least stays H100)")
+    before = lab.gb200_nodes()
+    write_if_changed(lab.gb200_file, f"{count}\n", 0o644)
+    return lab.gb200_nodes() != before
+
+
 def describe_up(lab: LabPaths) -> List[str]:
     lines = [f"lab directory: {lab.root}", f"slurm: {releases.current(lab).describe()}"]
+    if lab.gb200_nodes():
+        lines += [f"GB200 NVL72 trays (4 GPUs each, one NVLink domain): {render.nodelist(lab.gb200_nodes())}"]
     if stateless.is_stateless(lab):
         lines += ["nodes: stateless (a reboot empties the node's state and runtime directories)"]
     lines += ["logs:"]

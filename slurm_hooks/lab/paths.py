@@ -44,6 +44,9 @@ def node_names(count: int) -> Tuple[str, ...]:
 # The default lab's nodes (``lab up`` without --nodes): what the lab tests and scenarios name.
 NODES: Tuple[str, ...] = node_names(DEFAULT_NODE_COUNT)
 GPUS_PER_NODE = 8
+# A GB200 NVL72 compute tray (``lab up --gb200 N``): 4 GPUs, the rack one multi-node NVLink domain.
+GB200_GPUS = 4
+GB200_PROFILE = "gb200-nvl72-healthy.toml"
 CPUS_PER_NODE = 8
 REAL_MEMORY_MB = 2000
 CLUSTER_NAME = "lab"
@@ -115,6 +118,26 @@ class LabPaths:
     def nodes_file(self) -> str:
         """How many nodes the lab was last brought up with (``lab up --nodes N``)."""
         return self._p("etc", "nodes")
+
+    @property
+    def gb200_file(self) -> str:
+        """How many of the last nodes are GB200 trays (``lab up --gb200 N``)."""
+        return self._p("etc", "gb200")
+
+    def gb200_nodes(self) -> Tuple[str, ...]:
+        """The lab's GB200 trays: its last N nodes, as the last ``lab up --gb200 N`` made them
+        (none recorded, or not fewer than the nodes: none)."""
+        nodes = self.nodes()
+        try:
+            with open(self.gb200_file, encoding="ascii") as handle:
+                count = int(handle.read().strip())
+        except (OSError, ValueError):
+            return ()
+        return nodes[len(nodes) - count:] if 0 < count < len(nodes) else ()
+
+    def gpus(self, node: str) -> int:
+        """How many GPUs the lab gives ``node``."""
+        return GB200_GPUS if node in self.gb200_nodes() else GPUS_PER_NODE
 
     @property
     def stateless_file(self) -> str:
