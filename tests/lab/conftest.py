@@ -103,14 +103,16 @@ def pytest_collection_modifyitems(session, config, items):
     # The job-class, Actions and storm tests inject faults too, and a fault found within
     # `late_evidence_window_s` of a job's end may amend that job's class: they run after the
     # tests that read the scenario jobs' classes. So does the TaskProlog test (an IB port down).
-    # The soak (faults, reboots, daemon restarts, all of it at once), then the 32-node test (it
-    # restarts the lab twice: 32 nodes, then 3) run last before `lab down`.
+    # The soak (faults, reboots, daemon restarts, all of it at once), the GB200 trays and the
+    # 32-node test (each restarts the lab twice: reshaped, then the three H100 nodes) run last
+    # before `lab down`.
     def group(item) -> int:
         for rank, module in enumerate(("test_lab_job_classes", "test_lab_actions", "test_lab_gate", "test_lab_served_hooks", "test_lab_taskprolog",
                                        "test_lab_storm", "test_lab_monitoring", "test_lab_healthcheck", "test_lab_remediate",
                                        "test_lab_boot_check",
                                        "test_lab_watch",
                                        "test_lab_soak",
+                                       "test_lab_gb200",
                                        "test_lab_scale",
                                        "test_lab_down"), start=1):
             if module in item.nodeid:
@@ -121,10 +123,13 @@ def pytest_collection_modifyitems(session, config, items):
     # on their interval beside each test: a test that loses such a race once runs again (twice at
     # most). A lab that cannot start still fails every time, and so does anything deterministic.
     # The long ones (the soak, the 32-node test: 5-10 minutes a run) run again once at most.
+    # $SLURM_GPU_LAB_RERUNS (a number) sets the reruns instead: 0 shows each failure (debugging).
+    chosen = os.environ.get("SLURM_GPU_LAB_RERUNS", "")
     for item in items:
         if "tests/lab/" in item.nodeid.replace("\\", "/") and "test_lab_down" not in item.nodeid:
             long_one = any(name in item.nodeid for name in ("test_lab_soak", "test_lab_scale"))
-            item.add_marker(pytest.mark.flaky(reruns=1 if long_one else 2, reruns_delay=5))
+            reruns = int(chosen) if chosen.isdigit() else 1 if long_one else 2
+            item.add_marker(pytest.mark.flaky(reruns=reruns, reruns_delay=5))
 
 
 @pytest.fixture(scope="session")
