@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from typing import List
 
@@ -144,17 +145,18 @@ def test_the_deb_installed_on_the_release_root_filesystem_runs_slurms_hooks(lab,
     root = lab.paths.rootfs(release.version)
     first = build(tmp_path / "rev1")
     second = build(tmp_path / "rev2", "--revision", "2")
-    staged = os.path.join(root, "tmp", f"slurm-gpu-package-test-{os.getpid()}")
-    os.makedirs(staged, mode=0o700)
-    for deb in (first, second):
-        shutil.copyfile(deb, os.path.join(staged, os.path.basename(deb)))
-    inner = lambda deb: "/" + os.path.relpath(os.path.join(staged, os.path.basename(deb)), root)  # noqa: E731
     state = tmp_path / "state"
     config = rootfs.inside(root, DEFAULT_CONFIG_PATH)
     slurm_conf = lab.paths.slurm_conf
     with open(slurm_conf, encoding="utf-8") as handle:
         original_conf = handle.read()
-    node, sick = idle_nodes(lab)[:2]
+    # The tests before this one may leave their jobs completing for a moment.
+    node, sick = wait_for("two idle lab nodes", lambda: (lambda idle: idle[:2] if len(idle) >= 2 else None)(
+        idle_nodes(lab)), timeout=180)
+    staged = tempfile.mkdtemp(prefix="slurm-gpu-package-test-", dir=os.path.join(root, "tmp"))
+    for deb in (first, second):
+        shutil.copyfile(deb, os.path.join(staged, os.path.basename(deb)))
+    inner = lambda deb: "/" + os.path.relpath(os.path.join(staged, os.path.basename(deb)), root)  # noqa: E731
     try:
         if installed(root):          # left by a run that was killed: start from a node without it
             dpkg(root, "--purge", "slurm-gpu-hooks")
