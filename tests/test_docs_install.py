@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from typing import List, Tuple
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, tracked_copy
 
 PAGE = os.path.join(ROOT, "docs", "install.md")
 
@@ -90,13 +89,7 @@ def test_the_install_commands_run_as_written(tmp_path):
     """Build the wheel in a throwaway venv (PEP 668 on Debian 12), install it into a versioned
     venv behind `current`, install and check the config, print the slurm.conf lines."""
     runs, _ = classify()
-    repo = tmp_path / "repo"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    for name in filter(None, files.decode().split("\0")):
-        source = os.path.join(ROOT, name)
-        if os.path.isfile(source):
-            os.makedirs(repo / os.path.dirname(name), exist_ok=True)
-            shutil.copy2(source, repo / name)
+    repo = tracked_copy(tmp_path / "repo")
     opt, etc, build = tmp_path / "opt", tmp_path / "etc", tmp_path / "build-venv"
 
     def moved(line: str) -> str:
