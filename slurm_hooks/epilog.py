@@ -170,11 +170,23 @@ def _queue_and_deliver(config, record: Dict[str, Any], backend) -> str:
     return "queued, delivering in background"
 
 
+def _record_not_kept(config, record: Dict[str, Any], backend, exc: OSError, who: str, cls: str,
+                     wanted: bool) -> Dict[str, str]:
+    """A full or read-only state dir cannot keep the record (nor queue its entry: the queue holds a
+    reference to the record): said on stderr, and the entry, when ``wanted``, goes to accounting
+    at once instead."""
+    print(f"slurm-gpu-epilog: {who}: record not saved ({cls}): {exc}", file=sys.stderr)
+    out = {"record": f"not saved: {exc.strerror or exc}"}
+    if wanted:
+        out["accounting"] = _deliver_unkept(config, record, backend)
+    return out
+
+
 def _deliver_unkept(config, record: Dict[str, Any], backend) -> str:
-    """The entry of a record the state dir could not keep (full, read-only): nothing is left to
-    queue it from or to deliver it later, so it is written to accounting now, once, as the queue
-    writes (read, merge, write, verify). A job not yet in accounting, or slurmdbd down, loses it:
-    said on stderr and in the journal."""
+    """The entry of a record the state dir could not keep: nothing is left to queue it from or
+    to deliver it later, so it is written to accounting now, once, as the queue writes (read,
+    merge, write, verify). A job not yet in accounting, or slurmdbd down, loses it: said on
+    stderr and in the journal."""
     from healthcheck.records import store
     from healthcheck.records.outbox import DeliverySettings, write_entries
     from healthcheck.slurm.backend import SlurmError
@@ -219,11 +231,9 @@ def run_epilog_slurmctld(config, env: Mapping[str, str]) -> Dict[str, Any]:
     try:
         store.write_record(config.state_dir, record)
     except OSError as exc:
-        print(f"slurm-gpu-epilog: job {job_id}: record not saved ({result.cls}): {exc}", file=sys.stderr)
-        out = {"result": "classified", "class": result.cls, "record": f"not saved: {exc.strerror or exc}",
-               "accounting": "off"}
-        if accounting:
-            out["accounting"] = _deliver_unkept(config, record, backend)
+        out = {"result": "classified", "class": result.cls,
+               **_record_not_kept(config, record, backend, exc, f"job {job_id}", result.cls, accounting)}
+        out.setdefault("accounting", "off")
         return out
     _note("record", "written")
     delivery = "off"
@@ -314,13 +324,9 @@ def run_epilog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         _note("record", "written")
         store.note_ending(config.state_dir, node, job_id, now)
     except OSError as exc:
-        # A full or read-only state dir cannot keep the record (nor queue its entry: the queue
-        # holds a reference to the record); the entry goes to accounting at once instead, and
-        # the drain of a bad node happens all the same.
-        print(f"slurm-gpu-epilog: {node}: job {job_id}: record not saved ({result.cls}): {exc}", file=sys.stderr)
-        out["record"] = f"not saved: {exc.strerror or exc}"
-        if record.get("entry_wanted"):
-            out["accounting"] = _deliver_unkept(config, record, backend)
+        # The drain of a bad node below happens all the same.
+        out.update(_record_not_kept(config, record, backend, exc, f"{node}: job {job_id}", result.cls,
+                                    bool(record.get("entry_wanted"))))
     # Drain with our reason when a finding or a job-window Xid says so (the health check's rules).
     drain = drain_for(config, backend, node, report.findings, kernel["events"], by="epilog", sources=sources)
     if drain:
