@@ -24,6 +24,20 @@ def test_runs_read_back_per_node_in_order(tmp_path):
     assert len(list(H.read_runs(state))) == 3
 
 
+def test_each_run_names_the_release_that_ran_it_as_the_package_says(tmp_path):
+    """During a rolling upgrade each node runs its own release: the journal says which."""
+    import re
+
+    import healthcheck
+    import slurm_hooks
+
+    with open(os.path.join(ROOT, "setup.cfg"), encoding="utf-8") as handle:
+        packaged = re.search(r"^version = (\S+)$", handle.read(), re.MULTILINE).group(1)
+    assert healthcheck.__version__ == slurm_hooks.__version__ == packaged
+    H.record_run(str(tmp_path), "prolog", "gpu1", "7")
+    assert [run["version"] for run in H.read_runs(str(tmp_path))] == [packaged]
+
+
 def test_journal_is_bounded_and_keeps_the_newest_runs(tmp_path):
     state, cap = str(tmp_path), 4096
     for n in range(500):

@@ -16,6 +16,7 @@ import os
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
+from .. import __version__
 from ..safeio.fsutil import append_line, ensure_dir, ensure_state_dir, locked, open_state_file, path_component
 
 JOURNAL_DIR = "hook-runs"
@@ -52,8 +53,9 @@ def rotate_if_full(path: str, max_bytes: int = MAX_BYTES) -> bool:
 
 def record_run(state_dir: str, hook: str, node: str, job_id: Optional[str] = None, *,
                max_bytes: int = MAX_BYTES, **detail: Any) -> Dict[str, Any]:
+    # "version": which release ran (a rolling upgrade has several at once, one per node).
     entry: Dict[str, Any] = {"time": round(time.time(), 3), "hook": hook, "node": node,
-                             "job_id": job_id, "pid": os.getpid()}
+                             "job_id": job_id, "pid": os.getpid(), "version": __version__}
     entry.update(detail)
     path = journal_path(state_dir, node)
     ensure_state_dir(state_dir)
