@@ -90,9 +90,9 @@ def devices_dir(template: str, node: str) -> str:
 
 
 # -- MIG --------------------------------------------------------------------------------------------
-# With gres.conf MIG types (AutoDetect=nvml, or File= lists of /dev/nvidia-caps files), Slurm's GPU
-# list holds MIG devices: SLURM_JOB_GPUS indexes that list (no nvidiaN file of its own), and
-# CUDA_VISIBLE_DEVICES names the job's MIG devices by UUID. A MIG UUID is opaque from R470 on
+# With gres.conf MIG types, Slurm's GPU list holds MIG devices: SLURM_JOB_GPUS indexes that list
+# (no nvidiaN file of its own). Where CUDA_VISIBLE_DEVICES names the job's MIG devices by UUID
+# (NVML autodetection; not measured here), the UUIDs say which. A MIG UUID is opaque from R470 on
 # (MIG-<uuid>; R450's MIG-GPU-<uuid>/<gi>/<ci> is matched whole, never taken apart): its parent
 # GPU is the one NVML says (the probe's mig_devices, from the MIG handle's parent handle).
 
@@ -149,3 +149,106 @@ def mig_to_parents(uuids: Iterable[str], gpus: Iterable[Any]) -> Tuple[List[int]
 def has_mig(gpus: Iterable[Any]) -> bool:
     """Whether NVML says a GPU of the node is in MIG mode."""
     return any(g.mig_mode == 1 for g in gpus)
+
+
+# -- MIG devices a site lists in gres.conf ------------------------------------------------------------
+# Without NVML autodetection a site lists each MIG device in gres.conf as one GRES: Type=<profile>
+# MultipleFiles=/dev/nvidiaN,/dev/nvidia-caps/nvidia-capM, the parent GPU's device file and the
+# instance's capability file (Slurm 22.05's gres.conf has no UniqueId). Slurm then gives the Prolog
+# and Epilog GRES indices only, in SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES alike, counted in the
+# order of gres.conf's lines; and for a job asking for two MIG types at once, only the last type's
+# (measured on 22.05: docs/slurm-versions.md). So the indices name the job's MIG devices in its
+# record, while every GPU of the node is still judged: some of the job's may be missing from them.
+
+_PARENT_FILE = re.compile(r"(?:^|/)nvidia([0-9]+)$")
+_CAP_FILE = re.compile(r"(?:^|/)nvidia-cap([0-9]+)$")
+_MIG_MINOR = re.compile(r"^gpu([0-9]+)/gi([0-9]+)(?:/ci([0-9]+))?/access\s+([0-9]+)$")
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def gres_mig_files(text: str, node: str) -> List[List[str]]:
+    """The node's GPU lines of gres.conf, one GRES index each, in Slurm's order, when every one
+    is a ``MultipleFiles=`` line (MIG devices listed by hand); [] otherwise (File= lines, AutoDetect,
+    no line: nothing to name the devices with)."""
+    import hostlist
+
+    entries: List[List[str]] = []
+    for raw in text.splitlines():
+        fields = {}
+        for word in raw.split("#", 1)[0].split():
+            key, sep, value = word.partition("=")
+            if sep:
+                fields[key.lower()] = value
+        if fields.get("name") != "gpu":
+            continue
+        try:
+            if "nodename" in fields and node not in hostlist.expand_hostlist(fields["nodename"]):
+                continue
+            if "multiplefiles" not in fields:
+                return []
+            entries.append(hostlist.expand_hostlist(fields["multiplefiles"]))
+        except hostlist.BadHostlist:
+            return []
+    return entries
+
+
+def mig_cap_minors(text: str) -> Dict[int, Tuple[int, int, Optional[int]]]:
+    """``/proc/driver/nvidia-caps/mig-minors``: capability minor -> (GPU minor, GPU instance,
+    compute instance or None for a GPU instance's own capability)."""
+    caps: Dict[int, Tuple[int, int, Optional[int]]] = {}
+    for line in text.splitlines():
+        match = _MIG_MINOR.match(line.strip())
+        if match:
+            gpu, gi, ci, minor = match.groups()
+            caps[int(minor)] = (int(gpu), int(gi), int(ci) if ci is not None else None)
+    return caps
+
+
+def file_minor(path: str, pattern: "re.Pattern[str]") -> Optional[int]:
+    """A device file's minor number (``lstat``: a link is not followed), else the number its
+    name ends with (a file not there, as on a host that lists devices it has not made yet)."""
+    match = pattern.search(path)
+    if not match:
+        return None
+    try:
+        info = os.lstat(path)
+        if stat.S_ISCHR(info.st_mode):
+            return os.minor(info.st_rdev)
+    except OSError:
+        pass
+    return int(match.group(1))
+
+
+def mig_devices_of(files: List[str]) -> Tuple[Optional[int], Optional[int]]:
+    """One gres.conf MultipleFiles= list -> (parent GPU minor, capability minor)."""
+    parent = cap = None
+    for path in files:
+        if parent is None and _PARENT_FILE.search(path):
+            parent = file_minor(path, _PARENT_FILE)
+        elif cap is None and _CAP_FILE.search(path):
+            cap = file_minor(path, _CAP_FILE)
+    return parent, cap
+
+
+def mig_from_gres(gres: Iterable[int], devices: List[Tuple[Optional[int], Optional[int]]],
+                  caps: Mapping[int, Tuple[int, int, Optional[int]]], gpus: Iterable[Any]) -> List[Dict[str, Any]]:
+    """The job's MIG devices from its GRES indices (pure): ``devices`` per index (parent minor,
+    capability minor), ``caps`` from ``mig_cap_minors``, ``gpus`` the NVML probe's GpuFacts.
+    Each {"gres_index", "uuid", "gpu", "gpu_uuid", "gpu_instance", "compute_instance"}, None where
+    unknown (a parent NVML cannot read answers nothing of its instances)."""
+    by_minor = {g.minor_number: g for g in gpus if g.minor_number is not None}
+    found: List[Dict[str, Any]] = []
+    for index in gres:
+        parent_minor, cap = devices[index] if 0 <= index < len(devices) else (None, None)
+        gpu_minor, gi, ci = caps.get(cap, (parent_minor, None, None)) if cap is not None else (parent_minor, None, None)
+        parent = by_minor.get(gpu_minor)
+        device: Dict[str, Any] = {}
+        if parent is not None and gi is not None:
+            matches = [d for d in parent.mig_devices or () if d.get("gpu_instance") == gi
+                       and (ci is None or d.get("compute_instance") == ci)]
+            device = matches[0] if len(matches) == 1 else {}
+        found.append({"gres_index": index, "uuid": device.get("uuid"),
+                      "gpu": parent.index if parent is not None else None,
+                      "gpu_uuid": parent.uuid if parent is not None else None,
+                      "gpu_instance": gi, "compute_instance": device.get("compute_instance", ci)})
+    return found

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 
+# Where Slurm's own packages put slurm.conf (and gres.conf beside it), when neither the hook's
+# SLURM_CONF nor [slurm] conf says.
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 EXAMPLE = "SLURMD_NODENAME=gpu1 SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 slurm-gpu-prolog   # what slurmd runs before job 42"
 
 
@@ -91,6 +94,31 @@ def _stopped_by_watchdog(run, deadline: float, where: str):
     return Ending(1 if fail else 0, {"result": "watchdog", "at": where, "done": done, "exit": 1 if fail else 0})
 
 
+def _gres_conf_mig_devices(config, env: Mapping[str, str], node: str, gres: List[int],
+                           gpus: List[Any]) -> List[Dict[str, Any]]:
+    """The job's MIG devices as the node's gres.conf lists them (beside slurm.conf) and the
+    driver numbers their capabilities (``<proc>/driver/nvidia-caps/mig-minors``): gpumap's
+    ``mig_from_gres``. [] when gres.conf does not list them."""
+    from healthcheck.config.settings import SlurmSettings
+    from healthcheck.sources import node_paths
+
+    from .gpumap import MAX_CONFIG_BYTES, gres_mig_files, mig_cap_minors, mig_devices_of, mig_from_gres
+
+    slurm_conf = env.get("SLURM_CONF") or config.typed(SlurmSettings).conf or DEFAULT_SLURM_CONF
+    texts = []
+    for path in (os.path.join(os.path.dirname(slurm_conf), "gres.conf"),
+                 os.path.join(node_paths(config, node)[1], "driver", "nvidia-caps", "mig-minors")):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                texts.append(handle.read(MAX_CONFIG_BYTES))
+        except OSError:
+            texts.append("")
+    listed = gres_mig_files(texts[0], node)
+    if not listed:
+        return []
+    return mig_from_gres(gres, [mig_devices_of(files) for files in listed], mig_cap_minors(texts[1]), gpus)
+
+
 def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     from healthcheck.config.settings import HealthSettings, PrologSettings, RecordsSettings
     from healthcheck.records import store
@@ -130,7 +158,11 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
     elif has_mig(nvml_gpus):
         # GRES indices on a MIG node index Slurm's list of MIG devices, not the nvidiaN files:
         # without the MIG devices' UUIDs, every GPU is judged (when in doubt, the job's are).
+        # Where gres.conf lists the MIG devices, the indices still name them for the record.
         job_gpus, how = [g.index for g in nvml_gpus], "all GPUs (a MIG node; the job's MIG devices not named by UUID)"
+        instances = _gres_conf_mig_devices(config, env, node, gres, nvml_gpus)
+        if instances:
+            how = "all GPUs (a MIG node; the job's MIG devices by GRES index from gres.conf)"
     else:
         job_gpus, how = gres_to_nvml(gres, devices, minors)
     mine = set(job_gpus)

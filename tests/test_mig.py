@@ -339,3 +339,97 @@ def test_without_a_baseline_a_mig_jobs_gres_indices_are_not_taken_for_gpus(node)
     node["env"].delenv("CUDA_VISIBLE_DEVICES")       # a job without MIG devices: GRES as before
     epilog.main([])
     assert store.read_record(node["state"], "7", "gpu1")["gpus"] == [4]
+
+
+# -- MIG devices a site lists in gres.conf (Slurm 22.05: GRES indices only) ---------------------------
+MIG_FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "slurm", "mig-22.05")
+# h100-mig.toml's MIG devices in gres.conf's order: GPU 0's four (GPU instances 7-10), GPU 1's two
+# (1, 2), GPU 2's one (0): GRES indices 0-6.
+LISTED = [(0, 7), (0, 8), (0, 9), (0, 10), (1, 1), (1, 2), (2, 0)]
+
+
+def captured_env(name):
+    with open(os.path.join(MIG_FIXTURES, name), encoding="utf-8") as handle:
+        return dict(line.rstrip("\n").split("=", 1) for line in handle if "=" in line)
+
+
+def test_gres_conf_as_measured_gives_one_index_per_multiplefiles_line_in_order():
+    from slurm_hooks.gpumap import gres_mig_files, mig_devices_of
+
+    with open(os.path.join(MIG_FIXTURES, "gres.conf"), encoding="utf-8") as handle:
+        text = handle.read()
+    listed = gres_mig_files(text, "mig1")
+    assert [mig_devices_of(files) for files in listed] == [(0, 21), (0, 22), (0, 23), (0, 24), (1, 30)]
+    assert gres_mig_files(text, "gpu1") == []
+    # whole GPUs by File= (or AutoDetect): nothing to name MIG devices with
+    assert gres_mig_files(text + "NodeName=mig1 Name=gpu File=/dev/nvidia2\n", "mig1") == []
+    assert gres_mig_files("Name=gpu Type=1g.10gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap3 # x\n"
+                          "Name=mps Count=100\n", "any")[0] == ["/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap3"]
+
+
+def test_the_drivers_mig_minors_name_gpu_and_instance_by_capability():
+    from slurm_hooks.gpumap import mig_cap_minors
+
+    text = "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\ngpu3/gi12/access 408\nnoise\n"
+    assert mig_cap_minors(text) == {3: (0, 0, None), 4: (0, 0, 0), 408: (3, 12, None)}
+
+
+def test_gres_indices_name_the_instance_and_its_parent_through_nvml():
+    from slurm_hooks.gpumap import mig_from_gres
+
+    gpus = [GpuFacts(index=0, uuid="GPU-a", minor_number=4, mig_mode=1, mig_devices=[
+                {"uuid": "MIG-x", "gpu_instance": 7, "compute_instance": 0},
+                {"uuid": "MIG-y", "gpu_instance": 8, "compute_instance": 0}]),
+            GpuFacts(index=1, uuid="GPU-b", minor_number=None, state="lost")]
+    caps = {21: (4, 8, None), 30: (5, 1, None)}
+    found = mig_from_gres([0, 1, 7], [(4, 21), (5, 30)], caps, gpus)
+    assert [(f["gres_index"], f["uuid"], f["gpu"], f["gpu_instance"], f["compute_instance"]) for f in found] == [
+        (0, "MIG-y", 0, 8, 0),          # capability 21 is GPU minor 4's instance 8: NVML's GPU 0
+        (1, None, None, 1, None),       # the parent NVML cannot read (minor 5) answers nothing
+        (7, None, None, None, None)]    # an index gres.conf does not list
+
+
+@pytest.fixture
+def listed_node(node, tmp_path):
+    """The simulated MIG node with its MIG devices in gres.conf beside slurm.conf, and the
+    prolog's environment as Slurm 22.05 gives it for `--gres=gpu:1g.10gb:2` (captured)."""
+    from healthcheck.sim.node import mig_cap_minor
+
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text("ClusterName=lab\n")
+    (etc / "gres.conf").write_text("".join(
+        f"NodeName=gpu[1-3] Name=gpu Type=mig MultipleFiles=/dev/nvidia{gpu},"
+        f"/dev/nvidia-caps/nvidia-cap{mig_cap_minor(gpu, gi)}\n" for gpu, gi in LISTED))
+    captured = captured_env("prolog-1g.10gb-x2.env")
+    for key in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_SCRIPT_CONTEXT"):
+        node["env"].setenv(key, captured[key])
+    node["env"].setenv("SLURM_CONF", str(etc / "slurm.conf"))
+    return node
+
+
+def test_the_prolog_names_the_mig_devices_gres_conf_lists_and_still_judges_every_gpu(listed_node):
+    assert prolog.main([]) == 0
+    entry = last_run(listed_node)
+    assert entry["job_gpus"] == list(range(8)) and entry["mapping"].endswith("by GRES index from gres.conf)")
+    assert [(m["gres_index"], m["uuid"], m["gpu"], m["gpu_instance"], m["compute_instance"])
+            for m in entry["job_mig_devices"]] == [(1, ON_GPU0, 0, 8, 0),
+                                                   (2, "MIG-f4c2a913-7e5b-5a28-9c6d-0e1f2a3b4c03", 0, 9, 0)]
+
+
+def test_a_lost_gpu_anywhere_on_the_node_refuses_a_job_slurm_names_by_index(listed_node):
+    """Slurm 22.05 gives the Prolog only the last MIG type's indices of a job asking for two: a
+    GPU the indices leave out may be the job's, so every GPU is judged."""
+    inject(listed_node, "gpu.6.state=lost")
+    assert prolog.main([]) == 1
+    assert last_run(listed_node)["result"] == "bad-node"
+
+
+def test_the_record_names_the_gres_conf_listed_instances(listed_node):
+    assert prolog.main([]) == 0
+    listed_node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    listed_node["env"].setenv("SLURM_JOB_EXIT_CODE2", "0:0")
+    epilog.main([])
+    record = store.read_record(listed_node["state"], "7", "gpu1")
+    assert [(m["gpu"], m["gpu_instance"]) for m in record["mig_devices"]] == [(0, 8), (0, 9)]
+    assert record["class"] == "COMPLETED"

@@ -422,6 +422,39 @@ def render_driver_proc(profile: Dict[str, Any], proc_root: str) -> None:
         atomic_write(os.path.join(base, path_component(address), "information"), text, mode=0o444)
     for stale in set(os.listdir(base)) - wanted:
         _rmtree(os.path.join(base, stale), ignore_errors=True)
+    render_mig_minors(profile, proc_root)
+
+
+# The driver's numbering of MIG capabilities (``/dev/nvidia-caps/nvidia-capN``): per GPU minor,
+# up to 15 GPU instances, each with its own capability and up to 8 compute instances'. The
+# hooks read the numbers from the file, never from this layout.
+MIG_GPU_INSTANCES, MIG_COMPUTE_INSTANCES, MIG_FIRST_MINOR = 15, 8, 3
+
+
+def mig_cap_minor(gpu_minor: int, gpu_instance: int, compute_instance: Optional[int] = None) -> int:
+    per_gi = 1 + MIG_COMPUTE_INSTANCES
+    minor = MIG_FIRST_MINOR + (gpu_minor * MIG_GPU_INSTANCES + gpu_instance) * per_gi
+    return minor if compute_instance is None else minor + 1 + compute_instance
+
+
+def render_mig_minors(profile: Dict[str, Any], proc_root: str) -> None:
+    """``/proc/driver/nvidia-caps/mig-minors`` (capability -> minor) for the GPUs in MIG mode;
+    no file when none is."""
+    path = os.path.join(proc_root, "driver", "nvidia-caps", "mig-minors")
+    minors = sorted(gpu["minor_number"] for gpu in profile["gpu"]
+                    if gpu["state"] != "absent" and gpu.get("mig", {}).get("enabled"))
+    if not minors:
+        if os.path.lexists(path):
+            os.unlink(path)
+        return
+    lines = ["config 1", "monitor 2"]
+    for gpu in minors:
+        for gi in range(MIG_GPU_INSTANCES):
+            lines.append(f"gpu{gpu}/gi{gi}/access {mig_cap_minor(gpu, gi)}")
+            lines.extend(f"gpu{gpu}/gi{gi}/ci{ci}/access {mig_cap_minor(gpu, gi, ci)}"
+                         for ci in range(MIG_COMPUTE_INSTANCES))
+    ensure_dir(os.path.dirname(path))
+    atomic_write(path, "\n".join(lines) + "\n", mode=0o444)
 
 
 def _put(path: str, value: Any) -> None:
