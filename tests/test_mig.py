@@ -417,12 +417,19 @@ def test_the_prolog_names_the_mig_devices_gres_conf_lists_and_still_judges_every
                                                    (2, "MIG-f4c2a913-7e5b-5a28-9c6d-0e1f2a3b4c03", 0, 9, 0)]
 
 
-def test_a_lost_gpu_anywhere_on_the_node_refuses_a_job_slurm_names_by_index(listed_node):
-    """Slurm 22.05 gives the Prolog only the last MIG type's indices of a job asking for two: a
-    GPU the indices leave out may be the job's, so every GPU is judged."""
-    inject(listed_node, "gpu.6.state=lost")
+def test_a_lost_gpu_the_indices_leave_out_still_refuses_the_job(listed_node):
+    """Slurm 22.05 gives the Prolog only the last MIG type's indices of a job asking for two (the
+    captured `--gres=gpu:1g.10gb:1,gpu:3g.40gb:1`: "4", of 2 and 4): the 1g.10gb instance's parent
+    is left out, so every GPU is judged, and its loss refuses the job."""
+    captured = captured_env("prolog-1g.10gb+3g.40gb.env")
+    assert captured["SLURM_JOB_GPUS"] == captured["CUDA_VISIBLE_DEVICES"] == "4"
+    listed_node["env"].setenv("SLURM_JOB_GPUS", captured["SLURM_JOB_GPUS"])
+    listed_node["env"].setenv("CUDA_VISIBLE_DEVICES", captured["CUDA_VISIBLE_DEVICES"])
+    inject(listed_node, "gpu.0.state=lost")
     assert prolog.main([]) == 1
-    assert last_run(listed_node)["result"] == "bad-node"
+    entry = last_run(listed_node)
+    assert entry["result"] == "bad-node" and any("gpu.lost" in f for f in entry["findings"])
+    assert [(m["gres_index"], m["gpu"], m["gpu_instance"]) for m in entry["job_mig_devices"]] == [(4, 1, 1)]
 
 
 def test_the_record_names_the_gres_conf_listed_instances(listed_node):
