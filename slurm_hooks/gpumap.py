@@ -235,13 +235,19 @@ def mig_from_gres(gres: Iterable[int], devices: List[Tuple[Optional[int], Option
     """The job's MIG devices from its GRES indices (pure): ``devices`` per index (parent minor,
     capability minor), ``caps`` from ``mig_cap_minors``, ``gpus`` the NVML probe's GpuFacts.
     Each {"gres_index", "uuid", "gpu", "gpu_uuid", "gpu_instance", "compute_instance"}, None where
-    unknown (a parent NVML cannot read answers nothing of its instances)."""
+    unknown. A parent NVML cannot read (a lost GPU has no minor number to match) answers nothing
+    of its instances: when exactly one GPU is unread, a minor no readable GPU has is that one's,
+    as ``gres_to_nvml`` takes it."""
+    gpus = list(gpus)
     by_minor = {g.minor_number: g for g in gpus if g.minor_number is not None}
+    unread = [g for g in gpus if g.minor_number is None]
     found: List[Dict[str, Any]] = []
     for index in gres:
         parent_minor, cap = devices[index] if 0 <= index < len(devices) else (None, None)
         gpu_minor, gi, ci = caps.get(cap, (parent_minor, None, None)) if cap is not None else (parent_minor, None, None)
         parent = by_minor.get(gpu_minor)
+        if parent is None and gpu_minor is not None and len(unread) == 1:
+            parent = unread[0]
         device: Dict[str, Any] = {}
         if parent is not None and gi is not None:
             matches = [d for d in parent.mig_devices or () if d.get("gpu_instance") == gi

@@ -385,7 +385,7 @@ def test_gres_indices_name_the_instance_and_its_parent_through_nvml():
     found = mig_from_gres([0, 1, 7], [(4, 21), (5, 30)], caps, gpus)
     assert [(f["gres_index"], f["uuid"], f["gpu"], f["gpu_instance"], f["compute_instance"]) for f in found] == [
         (0, "MIG-y", 0, 8, 0),          # capability 21 is GPU minor 4's instance 8: NVML's GPU 0
-        (1, None, None, 1, None),       # the parent NVML cannot read (minor 5) answers nothing
+        (1, None, 1, 1, None),          # minor 5 is no readable GPU's: the one NVML cannot read, lost
         (7, None, None, None, None)]    # an index gres.conf does not list
 
 
@@ -430,6 +430,16 @@ def test_a_lost_gpu_the_indices_leave_out_still_refuses_the_job(listed_node):
     entry = last_run(listed_node)
     assert entry["result"] == "bad-node" and any("gpu.lost" in f for f in entry["findings"])
     assert [(m["gres_index"], m["gpu"], m["gpu_instance"]) for m in entry["job_mig_devices"]] == [(4, 1, 1)]
+
+
+def test_an_instance_on_the_lost_parent_names_that_gpu(listed_node):
+    """A lost GPU has no minor number in NVML: the one GPU NVML cannot read is the parent (the
+    helper's run on Slurm 22.05 named none before)."""
+    inject(listed_node, "gpu.1.state=lost")
+    listed_node["env"].setenv("SLURM_JOB_GPUS", "4")
+    assert prolog.main([]) == 1
+    (device,) = last_run(listed_node)["job_mig_devices"]
+    assert (device["gpu"], device["gpu_instance"], device["uuid"]) == (1, 1, None)
 
 
 def test_the_record_names_the_gres_conf_listed_instances(listed_node):
