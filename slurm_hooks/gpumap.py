@@ -154,11 +154,13 @@ def has_mig(gpus: Iterable[Any]) -> bool:
 # -- MIG devices a site lists in gres.conf ------------------------------------------------------------
 # Without NVML autodetection a site lists each MIG device in gres.conf as one GRES: Type=<profile>
 # MultipleFiles=/dev/nvidiaN,/dev/nvidia-caps/nvidia-capM, the parent GPU's device file and the
-# instance's capability file (Slurm 22.05's gres.conf has no UniqueId). Slurm then gives the Prolog
-# and Epilog GRES indices only, in SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES alike, counted in the
-# order of gres.conf's lines; and for a job asking for two MIG types at once, only the last type's
-# (measured on 22.05: docs/slurm-versions.md). So the indices name the job's MIG devices in its
-# record, while every GPU of the node is still judged: some of the job's may be missing from them.
+# instance's capability file (Slurm 22.05's gres.conf has no UniqueId, and refuses a MultipleFiles=
+# of one file: whole GPUs are File= lines). Slurm then gives the Prolog and Epilog GRES indices
+# only, in SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES alike; and for a job asking for two MIG types
+# at once, only the last type's. Measured on 22.05 (docs/slurm-versions.md): the indices follow
+# the node's Gres= in slurm.conf type by type, and within a type gres.conf's lines in their order,
+# a File= range one index per file. So the indices name the job's MIG devices in its record,
+# while every GPU of the node is still judged: some of the job's may be missing from them.
 
 _PARENT_FILE = re.compile(r"(?:^|/)nvidia([0-9]+)$")
 _CAP_FILE = re.compile(r"(?:^|/)nvidia-cap([0-9]+)$")
@@ -166,30 +168,86 @@ _MIG_MINOR = re.compile(r"^gpu([0-9]+)/gi([0-9]+)(?:/ci([0-9]+))?/access\s+([0-9
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def gres_mig_files(text: str, node: str) -> List[List[str]]:
-    """The node's GPU lines of gres.conf, one GRES index each, in Slurm's order, when every one
-    is a ``MultipleFiles=`` line (MIG devices listed by hand); [] otherwise (File= lines, AutoDetect,
-    no line: nothing to name the devices with)."""
+def _fields(line: str) -> Dict[str, str]:
+    """A Slurm config line's key=value words (keys in lower case), comments dropped."""
+    fields = {}
+    for word in line.split("#", 1)[0].split():
+        key, sep, value = word.partition("=")
+        if sep:
+            fields[key.lower()] = value
+    return fields
+
+
+def gres_gpu_types(slurm_conf: str, node: str) -> Optional[List[str]]:
+    """The GPU types of ``node``'s Gres= in slurm.conf (its NodeName line's, else the NodeName=
+    DEFAULT before it), in their order; [] when its GPUs are counted untyped; None when no line of
+    this text gives the node's Gres (an Include, a configless node: not known)."""
     import hostlist
 
-    entries: List[List[str]] = []
+    default: Optional[str] = None
+    for line in slurm_conf.splitlines():
+        fields = _fields(line)
+        name = fields.get("nodename")
+        if name is None:
+            continue
+        if name.lower() == "default":
+            default = fields.get("gres", default)
+            continue
+        try:
+            if node not in hostlist.expand_hostlist(name):
+                continue
+        except hostlist.BadHostlist:
+            continue
+        gres = fields.get("gres", default)
+        if gres is None:
+            return None
+        types: List[str] = []
+        for item in gres.split(","):
+            parts = item.split("(", 1)[0].split(":")
+            if parts[0] != "gpu":
+                continue
+            kind = parts[1] if len(parts) == 3 or (len(parts) == 2 and not parts[1].isdigit()) else None
+            if kind is None:
+                return []
+            if kind not in types:
+                types.append(kind)
+        return types
+    return None
+
+
+def gres_mig_files(text: str, node: str, types: Optional[List[str]] = None) -> List[List[str]]:
+    """The device files of each of the node's GPU GRES indices, in Slurm's order (``types`` from
+    ``gres_gpu_types``: that order of types, gres.conf's within each; [] or None: gres.conf's),
+    when gres.conf lists MIG devices (a ``MultipleFiles=`` line); [] when it does not, or when a
+    line's type is not among ``types`` (the order is not known then)."""
+    import hostlist
+
+    listed: List[Tuple[str, List[str]]] = []
+    mig = False
     for raw in text.splitlines():
-        fields = {}
-        for word in raw.split("#", 1)[0].split():
-            key, sep, value = word.partition("=")
-            if sep:
-                fields[key.lower()] = value
+        fields = _fields(raw)
         if fields.get("name") != "gpu":
             continue
         try:
             if "nodename" in fields and node not in hostlist.expand_hostlist(fields["nodename"]):
                 continue
-            if "multiplefiles" not in fields:
-                return []
-            entries.append(hostlist.expand_hostlist(fields["multiplefiles"]))
+            kind = fields.get("type", "")
+            if "multiplefiles" in fields:
+                listed.append((kind, hostlist.expand_hostlist(fields["multiplefiles"])))
+                mig = True
+            elif "file" in fields:
+                listed += [(kind, [path]) for path in hostlist.expand_hostlist(fields["file"])]
+            else:
+                return []           # AutoDetect, or a count alone: the devices are not named here
         except hostlist.BadHostlist:
             return []
-    return entries
+    if not mig:
+        return []
+    if types:
+        if any(kind not in types for kind, _ in listed):
+            return []
+        listed.sort(key=lambda entry: types.index(entry[0]))     # stable: gres.conf's order within a type
+    return [files for _, files in listed]
 
 
 def mig_cap_minors(text: str) -> Dict[int, Tuple[int, int, Optional[int]]]:

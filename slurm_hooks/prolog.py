@@ -96,27 +96,29 @@ def _stopped_by_watchdog(run, deadline: float, where: str):
 
 def _gres_conf_mig_devices(config, env: Mapping[str, str], node: str, gres: List[int],
                            gpus: List[Any]) -> List[Dict[str, Any]]:
-    """The job's MIG devices as the node's gres.conf lists them (beside slurm.conf) and the
-    driver numbers their capabilities (``<proc>/driver/nvidia-caps/mig-minors``): gpumap's
-    ``mig_from_gres``. [] when gres.conf does not list them."""
+    """The job's MIG devices as the node's gres.conf lists them (beside slurm.conf, whose Gres=
+    orders them) and the driver numbers their capabilities (``<proc>/driver/nvidia-caps/
+    mig-minors``): gpumap's ``mig_from_gres``. [] when gres.conf does not list them."""
     from healthcheck.config.settings import SlurmSettings
     from healthcheck.sources import node_paths
 
-    from .gpumap import MAX_CONFIG_BYTES, gres_mig_files, mig_cap_minors, mig_devices_of, mig_from_gres
+    from .gpumap import (MAX_CONFIG_BYTES, gres_gpu_types, gres_mig_files, mig_cap_minors, mig_devices_of,
+                         mig_from_gres)
 
     slurm_conf = env.get("SLURM_CONF") or config.typed(SlurmSettings).conf or DEFAULT_SLURM_CONF
     texts = []
-    for path in (os.path.join(os.path.dirname(slurm_conf), "gres.conf"),
+    for path in (slurm_conf, os.path.join(os.path.dirname(slurm_conf), "gres.conf"),
                  os.path.join(node_paths(config, node)[1], "driver", "nvidia-caps", "mig-minors")):
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
                 texts.append(handle.read(MAX_CONFIG_BYTES))
         except OSError:
             texts.append("")
-    listed = gres_mig_files(texts[0], node)
+    types = gres_gpu_types(texts[0], node)
+    listed = gres_mig_files(texts[1], node, types) if types is not None else []
     if not listed:
         return []
-    return mig_from_gres(gres, [mig_devices_of(files) for files in listed], mig_cap_minors(texts[1]), gpus)
+    return mig_from_gres(gres, [mig_devices_of(files) for files in listed], mig_cap_minors(texts[2]), gpus)
 
 
 def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:

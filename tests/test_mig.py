@@ -361,10 +361,44 @@ def test_gres_conf_as_measured_gives_one_index_per_multiplefiles_line_in_order()
     listed = gres_mig_files(text, "mig1")
     assert [mig_devices_of(files) for files in listed] == [(0, 21), (0, 22), (0, 23), (0, 24), (1, 30)]
     assert gres_mig_files(text, "gpu1") == []
-    # whole GPUs by File= (or AutoDetect): nothing to name MIG devices with
-    assert gres_mig_files(text + "NodeName=mig1 Name=gpu File=/dev/nvidia2\n", "mig1") == []
+    # a whole GPU by File= is an index of its own; devices gres.conf does not name: nothing
+    assert mig_devices_of(gres_mig_files(text + "NodeName=mig1 Name=gpu File=/dev/nvidia2\n", "mig1")[5]) == (2, None)
+    assert gres_mig_files(text + "NodeName=mig1 Name=gpu Type=h100 Count=2\n", "mig1") == []
+    assert gres_mig_files("NodeName=mig1 Name=gpu File=/dev/nvidia[0-7]\n", "mig1") == []     # no MIG device
+    assert gres_mig_files(text, "mig1", ["3g.40gb"]) == []         # a type Gres= does not name
     assert gres_mig_files("Name=gpu Type=1g.10gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap3 # x\n"
                           "Name=mps Count=100\n", "any")[0] == ["/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap3"]
+
+
+@pytest.mark.parametrize("variant, expected", [
+    # measured on 22.05 (tests/fixtures/slurm/mig-22.05/order/): index -> (GPU minor, capability minor)
+    ("v2", [(0, 66), (0, 75), (0, 84), (0, 93), (1, 147), (1, 156), (2, 273)] + [(g, None) for g in range(3, 8)]),
+    ("v4", [(5, 93), (5, 102), (5, 111), (5, 120), (6, 156), (6, 147), (7, 273)] + [(g, None) for g in range(5)]),
+    ("v5", [(g, None) for g in range(3, 8)] + [(2, 273), (1, 147), (1, 156), (0, 66), (0, 75), (0, 84), (0, 93)]),
+])
+def test_gres_indices_follow_slurm_confs_types_then_gres_confs_lines_as_measured(variant, expected):
+    """v2: whole GPUs' File= line first in gres.conf; v4: whole GPUs on the low device numbers and
+    capabilities out of numeric order; v5: slurm.conf's Gres= types reversed."""
+    from slurm_hooks.gpumap import gres_gpu_types, gres_mig_files, mig_devices_of
+
+    order = os.path.join(MIG_FIXTURES, "order")
+    with open(os.path.join(order, f"gres.conf.{variant}"), encoding="utf-8") as handle:
+        gres_conf = handle.read()
+    with open(os.path.join(order, f"slurm.conf.{variant}"), encoding="utf-8") as handle:
+        types = gres_gpu_types(handle.read(), "mig1")
+    assert [mig_devices_of(files) for files in gres_mig_files(gres_conf, "mig1", types)] == expected
+
+
+def test_slurm_confs_gres_types_for_a_node():
+    from slurm_hooks.gpumap import gres_gpu_types
+
+    conf = ("NodeName=DEFAULT CPUs=8 Gres=gpu:a100:8\nNodeName=n[1-2] State=UNKNOWN\n"
+            "NodeName=m1 Gres=gpu:3g.40gb:2(S:0-1),gpu:h100:5,mps:100\nNodeName=u1 Gres=gpu:4\n")
+    assert gres_gpu_types(conf, "n2") == ["a100"]                # the DEFAULT before it
+    assert gres_gpu_types(conf, "m1") == ["3g.40gb", "h100"]
+    assert gres_gpu_types(conf, "u1") == []                      # untyped: gres.conf's order
+    assert gres_gpu_types(conf, "x9") is None                    # not in this file: not known
+    assert gres_gpu_types("NodeName=m1 CPUs=8\n", "m1") is None
 
 
 def test_the_drivers_mig_minors_name_gpu_and_instance_by_capability():
@@ -397,10 +431,12 @@ def listed_node(node, tmp_path):
 
     etc = tmp_path / "etc"
     etc.mkdir()
-    (etc / "slurm.conf").write_text("ClusterName=lab\n")
+    (etc / "slurm.conf").write_text("ClusterName=lab\nNodeName=DEFAULT CPUs=8\n"
+                                    "NodeName=gpu[1-3] Gres=gpu:mig:7,gpu:h100:5 State=UNKNOWN\n")
     (etc / "gres.conf").write_text("".join(
         f"NodeName=gpu[1-3] Name=gpu Type=mig MultipleFiles=/dev/nvidia{gpu},"
-        f"/dev/nvidia-caps/nvidia-cap{mig_cap_minor(gpu, gi)}\n" for gpu, gi in LISTED))
+        f"/dev/nvidia-caps/nvidia-cap{mig_cap_minor(gpu, gi)}\n" for gpu, gi in LISTED)
+        + "NodeName=gpu[1-3] Name=gpu Type=h100 File=/dev/nvidia[3-7]\n")
     captured = captured_env("prolog-1g.10gb-x2.env")
     for key in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_SCRIPT_CONTEXT"):
         node["env"].setenv(key, captured[key])
