@@ -76,6 +76,8 @@ _SPECS = (
     CheckSpec("nvlink.fabric", "fabric:fabric_state", ("nvml:fabric",),
               summary="NVSwitch fabric registration completed (fabric manager running)"),
     # -- multi-node NVLink fabric (GB200 NVL72; fabric info v3, R570+) and its IMEX domain --
+    CheckSpec("nvlink.c2c", "c2c:c2c_links", ("nvml:c2c",),
+              summary="every NVLink-C2C link from GPU to CPU is active (Grace superchips; driver R525+)"),
     CheckSpec("nvlink.fabric_health", "fabric_health:fabric_health", ("nvml:fabric",),
               summary="the NVLink fabric's health summary and mask report no fault (fabric info v3, R570+)"),
     CheckSpec("imex.domain", "imex_domain:imex_domain", ("nvml:fabric", "imex"),

@@ -27,13 +27,14 @@ NVML_READ_GROUPS = {
     "fabric": "NVSwitch fabric registration state",
     "processes": "compute processes holding GPU memory",
     "recovery": "the driver's GPU recovery action (field value 230, driver R570+)",
+    "c2c": "each NVLink-C2C link's status, GPU to CPU (field values 170-171, driver R525+)",
 }
 
 # The names a GpuFacts lists in ``unsupported`` when NVML answers NotSupported for a read
 # (a simulated GPU's ``not_supported`` takes the same names).
 NVML_UNSUPPORTED_NAMES = ("ecc", "remapped_rows", "retired_pages", "nvlink", "fabric", "power",
                           "temperature", "clock_event_reasons", "pcie", "processes", "recovery_action",
-                          "fabric_health", "mig")
+                          "fabric_health", "mig", "c2c")
 
 # NVLink data-link error counters, named as in pynvml's NVML_NVLINK_ERROR_DL_* constants.
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
@@ -57,6 +58,9 @@ NVML_DRIVER_FACTS = ("fabric", "clock_event_reasons", "processes", "fabric_healt
 # value, as the simulator's gpu.N.recovery_action spells them. Which branch knows the field:
 # healthcheck/data/nvml-fields.tsv; what each value makes us do: xid-action-map.tsv "recovery".
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+# NVLink-C2C's field ids (nvml.h, driver R525+): the GPU's C2C link count, and one link's status
+# (the field value's scopeId names the link; 0 inactive, 1 active).
+NVML_FI_DEV_C2C_LINK_COUNT, NVML_FI_DEV_C2C_LINK_GET_STATUS = 170, 171
 GPU_RECOVERY_ACTIONS = {0: "none", 1: "reset", 2: "reboot", 3: "drain_p2p", 4: "drain_and_reset",
                         5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot"}
 
@@ -125,6 +129,9 @@ class GpuFacts:
     fabric_status: Optional[int] = None          # an NVML return code once state is completed
     processes: Optional[List[Dict[str, Any]]] = None   # pid, used_memory_mib (None: unknown)
     recovery_action: Optional[int] = None        # NVML_GPU_RECOVERY_ACTION_* (None: not known)
+    # NVLink-C2C, the GPU's links to its CPU (Grace): link -> 1 active / 0 inactive (None: not
+    # known; {}: the GPU has none). Field values NVML_FI_DEV_C2C_LINK_COUNT / _GET_STATUS (R525+).
+    c2c_links: Optional[Dict[int, int]] = None
     # Facts this driver cannot give (its libnvidia-ml lacks every call for them; pynvml said
     # FunctionNotFound or NVMLLibraryMismatchError): fact -> what was missing. Such a fact is
     # also in ``unsupported``; it fails nothing unless [[nodes]] nvml_required names it.

@@ -15,7 +15,8 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ..facts import NVLINK_COUNTERS, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_READ_GROUPS, GpuFacts, NvmlFacts
+from ..facts import (NVLINK_COUNTERS, NVML_FI_DEV_C2C_LINK_COUNT, NVML_FI_DEV_C2C_LINK_GET_STATUS,
+                     NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_READ_GROUPS, GpuFacts, NvmlFacts)
 from .child import Emit
 
 # NVML_ERROR_ARGUMENT_VERSION_MISMATCH: the driver does not know the structure version asked for.
@@ -256,6 +257,8 @@ def gather_gpu(nvml: ModuleType, index: int, wanted: frozenset, emit: Optional[E
                                  for p in procs]
         if "recovery" in wanted:
             _read_recovery_action(nvml, pynvml, handle, gpu, read)
+        if "c2c" in wanted:
+            _read_c2c(nvml, pynvml, handle, gpu, read)
     except _Lost:
         pass
     return gpu
@@ -381,17 +384,46 @@ def _read_recovery_action(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
     field says so there, and that is unsupported, never a failure."""
     values = read("recovery_action", lambda: nvml.nvmlDeviceGetFieldValues(
         handle, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION]))
-    if values is None:
+    if values is not None:
+        gpu.recovery_action = _field_value(pynvml, values[0], gpu, "recovery_action")
+
+
+def _read_c2c(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
+    """Each NVLink-C2C link's status (R525+): the link count, then one status field per link
+    (its scopeId). A driver or a GPU without C2C answers the count NOT_SUPPORTED in its field:
+    unsupported, never a failure; a count of 0 is a GPU without C2C links ({})."""
+    counted = read("c2c", lambda: nvml.nvmlDeviceGetFieldValues(handle, [NVML_FI_DEV_C2C_LINK_COUNT]))
+    if counted is None:
         return
-    value = values[0]
+    count = _field_value(pynvml, counted[0], gpu, "c2c")
+    if count is None:
+        return
+    links: Dict[int, int] = {}
+    if count:
+        statuses = read("c2c", lambda: nvml.nvmlDeviceGetFieldValues(
+            handle, [(NVML_FI_DEV_C2C_LINK_GET_STATUS, link) for link in range(int(count))]))
+        if statuses is None:
+            return
+        for link, value in enumerate(statuses):
+            status = _field_value(pynvml, value, gpu, "c2c")
+            if status is None:
+                return
+            links[link] = int(status)
+    gpu.c2c_links = links
+
+
+def _field_value(pynvml, value, gpu: GpuFacts, fact: str) -> Optional[int]:
+    """One field value's unsigned int; None (the fact unsupported) when its own nvmlReturn says
+    the driver or the GPU does not have it. A lost GPU raises _Lost."""
     status = int(value.nvmlReturn)
     if status == pynvml.NVML_SUCCESS:
-        gpu.recovery_action = int(value.value.uiVal)
-    elif status == pynvml.NVML_ERROR_GPU_IS_LOST:
+        return int(value.value.uiVal)
+    if status == pynvml.NVML_ERROR_GPU_IS_LOST:
         gpu.state, gpu.error = "lost", _text(pynvml.NVMLError(status))
         raise _Lost()
-    elif "recovery_action" not in gpu.unsupported:
-        gpu.unsupported.append("recovery_action")
+    if fact not in gpu.unsupported:
+        gpu.unsupported.append(fact)
+    return None
 
 
 def _read_fabric(nvml, pynvml, handle, gpu: GpuFacts, first_exported) -> None:

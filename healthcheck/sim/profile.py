@@ -57,6 +57,9 @@ GPU_SCHEMA: Dict[str, Any] = {
     # What the driver asks for (NVML's GPU recovery action, field 230; drivers before R570
     # do not know the field and answer it as not supported).
     "recovery_action": Field(str, choices=tuple(GPU_RECOVERY_ACTIONS.values())),
+    # NVLink-C2C links to the CPU (a Grace-Blackwell superchip's), each link's status: 1 active,
+    # 0 inactive ([]: none; drivers before R525 answer the fields as not supported).
+    "c2c_links": Field(list, item=Field(int, minimum=0)),
     "temperature_c": Field(float),
     "temperature_slowdown_c": Field(float),
     "power_w": Field(float, minimum=0),

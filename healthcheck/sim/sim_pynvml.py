@@ -53,6 +53,8 @@ from ..driver_support import driver_accepts_version as _driver_accepts_version
 from ..driver_support import driver_exports as _driver_exports
 from ..driver_support import driver_knows_field as _driver_knows_field
 from ..facts import GPU_RECOVERY_ACTIONS as _RECOVERY_ACTIONS
+from ..facts import NVML_FI_DEV_C2C_LINK_COUNT as _FI_C2C_LINK_COUNT
+from ..facts import NVML_FI_DEV_C2C_LINK_GET_STATUS as _FI_C2C_LINK_STATUS
 from ..facts import NVML_FI_DEV_GET_GPU_RECOVERY_ACTION as _FI_RECOVERY_ACTION
 from . import profile as profiles
 from .profile import FABRIC_HEALTH_SUMMARY_NAMES as _FABRIC_HEALTH_SUMMARIES
@@ -395,17 +397,31 @@ def nvmlDeviceGetFieldValues(handle: _Handle, fieldIds: List[Any]):
     NVML_ERROR_NOT_SUPPORTED there; the call itself succeeds)."""
     gpu = _gpu(handle)
     values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
-    for slot, field_id in zip(values, fieldIds):
-        slot.fieldId = field_id
-        known = field_id == _FI_RECOVERY_ACTION and "recovery_action" not in gpu["not_supported"] and \
-            _driver_knows_field(_profile["node"]["driver_version"], field_id)
-        if known:
-            slot.nvmlReturn = pynvml.NVML_SUCCESS
-            slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-            slot.value.uiVal = _RECOVERY_VALUES[gpu["recovery_action"]]
-        else:
+    for slot, requested in zip(values, fieldIds):
+        field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+        slot.fieldId, slot.scopeId = field_id, scope
+        value = _field(gpu, field_id, scope) if _driver_knows_field(_profile["node"]["driver_version"], field_id) \
+            else None
+        if value is None:
             slot.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+            continue
+        slot.nvmlReturn = pynvml.NVML_SUCCESS
+        slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        slot.value.uiVal = value
     return values
+
+
+def _field(gpu: Dict[str, Any], field_id: int, scope: int) -> Optional[int]:
+    """A field value the simulated GPU has (None: not supported there)."""
+    if field_id == _FI_RECOVERY_ACTION and "recovery_action" not in gpu["not_supported"]:
+        return _RECOVERY_VALUES[gpu["recovery_action"]]
+    if "c2c" in gpu["not_supported"]:
+        return None
+    if field_id == _FI_C2C_LINK_COUNT:
+        return len(gpu["c2c_links"])
+    if field_id == _FI_C2C_LINK_STATUS and 0 <= scope < len(gpu["c2c_links"]):
+        return int(gpu["c2c_links"][scope])
+    return None
 
 
 # -- processes -----------------------------------------------------------------------------
