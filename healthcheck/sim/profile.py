@@ -58,7 +58,7 @@ GPU_SCHEMA: Dict[str, Any] = {
     # do not know the field and answer it as not supported).
     "recovery_action": Field(str, choices=tuple(GPU_RECOVERY_ACTIONS.values())),
     # NVLink-C2C links to the CPU (a Grace-Blackwell superchip's), each link's status: 1 active,
-    # 0 inactive ([]: none; drivers before R525 answer the fields as not supported).
+    # 0 inactive (absent or []: none; drivers before R525 answer the fields as not supported).
     "c2c_links": Field(list, item=Field(int, minimum=0)),
     "temperature_c": Field(float),
     "temperature_slowdown_c": Field(float),

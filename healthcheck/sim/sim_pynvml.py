@@ -417,10 +417,14 @@ def _field(gpu: Dict[str, Any], field_id: int, scope: int) -> Optional[int]:
         return _RECOVERY_VALUES[gpu["recovery_action"]]
     if "c2c" in gpu["not_supported"]:
         return None
+    # No default in sim-defaults.toml: a live profile of a GPU without C2C links has no such key,
+    # and the simulator of a release before it (the lab's root filesystem, an older install)
+    # still reads what this one writes.
+    links = gpu.get("c2c_links", [])
     if field_id == _FI_C2C_LINK_COUNT:
-        return len(gpu["c2c_links"])
-    if field_id == _FI_C2C_LINK_STATUS and 0 <= scope < len(gpu["c2c_links"]):
-        return int(gpu["c2c_links"][scope])
+        return len(links)
+    if field_id == _FI_C2C_LINK_STATUS and 0 <= scope < len(links):
+        return int(links[scope])
     return None
 
 
