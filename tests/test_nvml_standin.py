@@ -201,6 +201,24 @@ def test_the_recovery_action_is_read_where_the_driver_knows_the_field_and_unsupp
     assert (code, report["findings"]) == (0, [])
 
 
+@pytest.mark.parametrize("bindings", ["newest", "floor"])
+def test_c2c_links_are_read_per_link_from_r525_and_unsupported_on_r470(tmp_path, standin, floor_pynvml, bindings):
+    """Fields 170 and 171 (the link by scopeId) through the real pynvml: from R525 each GPU's
+    links and their status, a link down drains its GPU; R470 answers both "not supported" in
+    their slots: unknown, nothing judged."""
+    pynvml_dir = floor_pynvml if bindings == "floor" else None
+    gpus = facts(standin["R525"], pynvml_dir, c2c="2:5")["gpus"]
+    assert [g["c2c_links"] for g in gpus] == [{"0": 1, "1": 1}] * 5 + [{"0": 0, "1": 1}] + [{"0": 1, "1": 1}] * 2
+    assert [g["c2c_links"] for g in facts(standin["R570"], pynvml_dir)["gpus"]] == [{}] * 8    # no C2C
+    old = facts(standin["R470"], pynvml_dir, c2c="2:5")["gpus"]
+    assert {(g["c2c_links"] is None, "c2c" in g["unsupported"], g["state"]) for g in old} == {(True, True, "ok")}
+    code, report = check(tmp_path / "525", standin["R525"], H100, pynvml_dir, c2c="2:5")
+    assert code == 2 and [(f["check"], f["gpu"], f["evidence"]["down"]) for f in report["findings"]] == \
+        [("nvlink.c2c", 5, [0])]
+    code, report = check(tmp_path / "470", standin["R470"], H100, pynvml_dir, c2c="2:5")
+    assert (code, report["findings"]) == (0, [])
+
+
 def test_fabric_health_is_read_with_the_v3_struct_from_r570_and_unsupported_before(tmp_path, standin, floor_pynvml):
     """Fabric info v3 through the real pynvml wrapper nvmlDeviceGetGpuFabricInfoV: R570 accepts
     the v3 version word and reports the health; R550 refuses it (ARGUMENT_VERSION_MISMATCH) and

@@ -12,6 +12,9 @@
  *   SGH_STANDIN_HANDLE_ERROR  "INDEX:CODE": nvmlDeviceGetHandleByIndex_v2(INDEX) returns CODE
  *                             (999 NVML_ERROR_UNKNOWN, 15 NVML_ERROR_GPU_IS_LOST)
  *   SGH_STANDIN_RECOVERY      "INDEX:VALUE": GPU INDEX's recovery action (field 230) is VALUE
+ *   SGH_STANDIN_C2C           "LINKS:DOWN": every GPU has LINKS NVLink-C2C links (field 170), all
+ *                             active (field 171, by scopeId) but GPU DOWN's link 0 (-1: none).
+ *                             Default: no C2C links.
  *   SGH_STANDIN_FABRIC        "SUMMARY:MASK:CLIQUE": every GPU's fabric health summary and
  *                             mask (fabric info v3) and clique id; a non-zero clique also gives a
  *                             cluster UUID (a multi-node NVLink domain). Default "1:0:0" (no domain).
@@ -103,6 +106,8 @@ typedef struct {
 } nvmlFieldValue_t;
 
 #define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+#define NVML_FI_DEV_C2C_LINK_COUNT 170
+#define NVML_FI_DEV_C2C_LINK_GET_STATUS 171
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
 
 struct standin_gpu {
@@ -123,6 +128,8 @@ static int failing_index = -1;
 static nvmlReturn_t failing_code;
 static int recovery_index = -1;
 static unsigned int recovery_value;
+static unsigned int c2c_links;
+static int c2c_down = -1;
 static unsigned int fabric_summary = 1, fabric_mask, fabric_clique;
 
 static void configure(void) {
@@ -140,6 +147,11 @@ static void configure(void) {
     recovery_index = -1;
     if (recovery && sscanf(recovery, "%d:%u", &recovery_index, &recovery_value) != 2)
         recovery_index = -1;
+    const char *c2c = getenv("SGH_STANDIN_C2C");
+    if (!c2c || sscanf(c2c, "%u:%d", &c2c_links, &c2c_down) != 2) {
+        c2c_links = 0;
+        c2c_down = -1;
+    }
     const char *fabric = getenv("SGH_STANDIN_FABRIC");
     if (!fabric || sscanf(fabric, "%u:%u:%u", &fabric_summary, &fabric_mask, &fabric_clique) != 3) {
         fabric_summary = 1;
@@ -448,6 +460,20 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
         if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
             v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
             v->value.uiVal = (int)device->index == recovery_index ? recovery_value : 0;
+            v->nvmlReturn = NVML_SUCCESS;
+        }
+#endif
+#ifdef KNOWS_FIELD_170
+        if (v->fieldId == NVML_FI_DEV_C2C_LINK_COUNT) {
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = c2c_links;
+            v->nvmlReturn = NVML_SUCCESS;
+        }
+#endif
+#ifdef KNOWS_FIELD_171
+        if (v->fieldId == NVML_FI_DEV_C2C_LINK_GET_STATUS && v->scopeId < c2c_links) {
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = !((int)device->index == c2c_down && v->scopeId == 0);
             v->nvmlReturn = NVML_SUCCESS;
         }
 #endif
