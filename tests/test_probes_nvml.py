@@ -115,7 +115,7 @@ def test_assemble_marks_gpus_that_never_reported_as_hung():
 
 def test_all_features_are_known_to_the_probe():
     assert set(NVML_READ_GROUPS) == {"ecc", "remap", "retired_pages", "thermal", "power", "clocks", "pcie",
-                                  "nvlink", "nvlink_errors", "fabric", "processes", "recovery"}
+                                  "nvlink", "nvlink_errors", "fabric", "processes", "recovery", "c2c"}
 
 
 def test_a_binding_that_cannot_be_imported_is_the_probes_error_not_a_drain():
