@@ -162,7 +162,11 @@ def run_prolog(config, node: str, env: Mapping[str, str]) -> Dict[str, Any]:
         # without the MIG devices' UUIDs, every GPU is judged (when in doubt, the job's are).
         # Where gres.conf lists the MIG devices, the indices still name them for the record.
         job_gpus, how = [g.index for g in nvml_gpus], "all GPUs (a MIG node; the job's MIG devices not named by UUID)"
-        instances = _gres_conf_mig_devices(config, env, node, gres, nvml_gpus)
+        try:
+            instances = _gres_conf_mig_devices(config, env, node, gres, nvml_gpus)
+        except Exception as exc:  # noqa: BLE001 - the names are the record's; the GPUs are judged all the same
+            print(f"slurm-gpu-prolog: {node}: the job's MIG devices not named from gres.conf: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
         if instances:
             how = "all GPUs (a MIG node; the job's MIG devices by GRES index from gres.conf)"
     else:

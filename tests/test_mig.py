@@ -486,3 +486,17 @@ def test_the_record_names_the_gres_conf_listed_instances(listed_node):
     record = store.read_record(listed_node["state"], "7", "gpu1")
     assert [(m["gpu"], m["gpu_instance"]) for m in record["mig_devices"]] == [(0, 8), (0, 9)]
     assert record["class"] == "COMPLETED"
+
+
+def test_a_gres_conf_the_naming_trips_on_still_judges_every_gpu(listed_node, monkeypatch, capsys):
+    """Naming the MIG devices is for the record: a bug there costs the names, never the check."""
+    import slurm_hooks.gpumap as gpumap
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(gpumap, "mig_from_gres", broken)
+    inject(listed_node, "gpu.6.state=lost")
+    assert prolog.main([]) == 1
+    entry = last_run(listed_node)
+    assert entry["result"] == "bad-node" and "job_mig_devices" not in entry
+    assert "not named from gres.conf: RuntimeError: boom" in capsys.readouterr().err
