@@ -51,3 +51,24 @@ def test_the_check_judges_only_links_the_gpu_reports():
     findings = c2c_links(default_input(nvml=NvmlFacts(gpus=gpus, device_count=len(gpus))))
     assert [(f.gpu, f.evidence) for f in findings] == [(0, {"down": [1], "links": 2})]
     assert "link 1 to the CPU not active (1 of 2 active)" in findings[0].message
+
+
+def test_a_link_count_no_gpu_has_is_an_error_read_no_further():
+    """What a broken driver might answer: said as the probe's error for the fact, no loop over it."""
+    import pynvml
+
+    from healthcheck.probes import nvml as probe
+
+    class Value:
+        def __init__(self, number):
+            self.nvmlReturn, self.value = pynvml.NVML_SUCCESS, type("V", (), {"uiVal": number})()
+
+    class Nvml:
+        calls = 0
+
+        def nvmlDeviceGetFieldValues(self, handle, fields):
+            self.calls += 1
+            return [Value(4_000_000_000)]
+    nvml, gpu = Nvml(), GpuFacts(index=0)
+    probe._read_c2c(nvml, pynvml, None, gpu, lambda fact, call: call())
+    assert nvml.calls == 1 and gpu.c2c_links is None and "4000000000" in gpu.errors["c2c"]

@@ -388,6 +388,9 @@ def _read_recovery_action(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
         gpu.recovery_action = _field_value(pynvml, values[0], gpu, "recovery_action")
 
 
+MAX_C2C_LINKS = 64
+
+
 def _read_c2c(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
     """Each NVLink-C2C link's status (R525+): the link count, then one status field per link
     (its scopeId). A driver or a GPU without C2C answers the count NOT_SUPPORTED in its field:
@@ -397,6 +400,9 @@ def _read_c2c(nvml, pynvml, handle, gpu: GpuFacts, read) -> None:
         return
     count = _field_value(pynvml, counted[0], gpu, "c2c")
     if count is None:
+        return
+    if count > MAX_C2C_LINKS:        # a driver's nonsense is not a loop of billions
+        gpu.errors.setdefault("c2c", f"NVML reports {count} C2C links")
         return
     links: Dict[int, int] = {}
     if count:
