@@ -40,15 +40,20 @@ def device_minors(directory: str) -> List[Tuple[str, int]]:
         return []
     for name in names:
         match = _DEVICE.match(name)
-        if not match:
-            continue
-        try:
-            info = os.lstat(os.path.join(directory, name))
-        except OSError:
-            continue
-        if stat.S_ISCHR(info.st_mode):
-            found.append((int(match.group(1)), name, os.minor(info.st_rdev)))
+        minor = _char_minor(os.path.join(directory, name)) if match else None
+        if minor is not None:
+            found.append((int(match.group(1)), name, minor))
     return [(name, minor) for _, name, minor in sorted(found)]
+
+
+def _char_minor(path: str) -> Optional[int]:
+    """The minor number of the character device at ``path`` (``lstat``: a link is not followed);
+    None when it is none."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return os.minor(info.st_rdev) if stat.S_ISCHR(info.st_mode) else None
 
 
 def gres_to_nvml(gres: Iterable[int], devices: List[Tuple[str, int]],
@@ -162,8 +167,7 @@ def has_mig(gpus: Iterable[Any]) -> bool:
 # a File= range one index per file. So the indices name the job's MIG devices in its record,
 # while every GPU of the node is still judged: some of the job's may be missing from them.
 
-_PARENT_FILE = re.compile(r"(?:^|/)nvidia([0-9]+)$")
-_CAP_FILE = re.compile(r"(?:^|/)nvidia-cap([0-9]+)$")
+_CAP = re.compile(r"^nvidia-cap([0-9]+)$")
 _MIG_MINOR = re.compile(r"^gpu([0-9]+)/gi([0-9]+)(?:/ci([0-9]+))?/access\s+([0-9]+)$")
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -262,30 +266,18 @@ def mig_cap_minors(text: str) -> Dict[int, Tuple[int, int, Optional[int]]]:
     return caps
 
 
-def file_minor(path: str, pattern: "re.Pattern[str]") -> Optional[int]:
-    """A device file's minor number (``lstat``: a link is not followed), else the number its
-    name ends with (a file not there, as on a host that lists devices it has not made yet)."""
-    match = pattern.search(path)
-    if not match:
-        return None
-    try:
-        info = os.lstat(path)
-        if stat.S_ISCHR(info.st_mode):
-            return os.minor(info.st_rdev)
-    except OSError:
-        pass
-    return int(match.group(1))
-
-
 def mig_devices_of(files: List[str]) -> Tuple[Optional[int], Optional[int]]:
-    """One gres.conf MultipleFiles= list -> (parent GPU minor, capability minor)."""
-    parent = cap = None
+    """One gres.conf MultipleFiles= list -> (parent GPU minor, capability minor): each file's
+    minor number, else the number its name ends with (a file not there, as on a host that lists
+    devices it has not made yet)."""
+    found: Dict[Any, Optional[int]] = {_DEVICE: None, _CAP: None}
     for path in files:
-        if parent is None and _PARENT_FILE.search(path):
-            parent = file_minor(path, _PARENT_FILE)
-        elif cap is None and _CAP_FILE.search(path):
-            cap = file_minor(path, _CAP_FILE)
-    return parent, cap
+        for pattern in found:
+            match = pattern.match(os.path.basename(path))
+            if match and found[pattern] is None:
+                minor = _char_minor(path)
+                found[pattern] = int(match.group(1)) if minor is None else minor
+    return found[_DEVICE], found[_CAP]
 
 
 def mig_from_gres(gres: Iterable[int], devices: List[Tuple[Optional[int], Optional[int]]],
