@@ -69,6 +69,23 @@ def test_everything_lives_in_the_lab_directory(lab):
             assert stat.S_ISCHR(os.lstat(os.path.join(lab.paths.fake_gpu_dir(node), f"nvidia{index}")).st_mode)
 
 
+def test_the_database_server_runs_as_slurmdbd_asks(lab):
+    # slurmdbd 26.05 exits on a write conflict when innodb_snapshot_isolation is on (MariaDB 11.8's
+    # default): it did in CI, mid-suite. MariaDB 10.11 (the 22.05 lab) has no such variable.
+    from slurm_hooks.lab.commands import run
+    from slurm_hooks.lab.install import command
+
+    shown = run([command(lab.paths, "mariadb"), "--no-defaults", f"--socket={lab.paths.mysql_socket}",
+                 "-u", "root", "--batch", "--skip-column-names",
+                 "-e", "SHOW GLOBAL VARIABLES LIKE 'innodb_snapshot_isolation'"], timeout=30)
+    version = run([command(lab.paths, "mariadb"), "--no-defaults", f"--socket={lab.paths.mysql_socket}",
+                   "-u", "root", "--batch", "--skip-column-names", "-e", "SELECT VERSION()"], timeout=30)
+    if version.stdout.startswith("10."):
+        assert shown.stdout.split() == [], shown.stdout
+    else:
+        assert shown.stdout.split() == ["innodb_snapshot_isolation", "OFF"], (version.stdout, shown.stdout)
+
+
 def test_gpus_are_gres_and_accounted(lab):
     result = lab.run("sinfo", "-h", "-N", "-p", "low", "-o", "%N %G")
     assert result.stdout.split() == ["gpu1", "gpu:8", "gpu2", "gpu:8", "gpu3", "gpu:8"]
