@@ -50,3 +50,27 @@ def test_the_reboot_program_finds_its_node_from_the_slurmd_above_it(tmp_path):
     done = subprocess.run([str(fake), "-c", script, "slurmd", "-N", "gpu7"], capture_output=True, text=True,
                           timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     assert done.stdout.strip() == "gpu7", done.stderr
+
+
+def test_a_reboot_whose_simulated_hardware_fails_still_starts_the_nodes_slurmd_again(tmp_path, monkeypatch):
+    """The soak of stop 41: a profile the installed simulator refused left two nodes without slurmd."""
+    import pytest
+
+    from healthcheck.config import Config
+    from slurm_hooks.lab import daemons, reboot
+
+    lab = LabPaths(str(tmp_path))
+    os.makedirs(lab.run)
+    calls = []
+    monkeypatch.setattr(daemons, "by_name", lambda _lab, name: name)
+    monkeypatch.setattr(daemons, "stop", lambda _lab, which, say: calls.append(("stop", which)))
+    monkeypatch.setattr(daemons, "start", lambda _lab, which, say: calls.append(("start", which)))
+    monkeypatch.setattr(reboot.time, "sleep", lambda seconds: None)
+
+    def refused(path):
+        raise ValueError(f"{path}: unknown key")
+    monkeypatch.setattr(Config, "load", staticmethod(refused))
+    with pytest.raises(ValueError):
+        reboot.reboot_node(lab, "gpu2", say=lambda message: None)
+    assert calls == [("stop", ["slurmd gpu2"]), ("start", "slurmd gpu2")]
+    assert os.path.isfile(boots.boot_file(lab, "gpu2"))

@@ -54,14 +54,18 @@ def reboot_node(lab: LabPaths, node: str, say=print) -> None:
 
     daemon = D.by_name(lab, f"slurmd {node}")
     D.stop(lab, [daemon], say)
-    config = Config.load(lab.hooks_config)
-    SimNode(config.state_dir, node, config.sim_profile_path(node)).reboot()
-    if stateless.is_stateless(lab):
-        gone = stateless.forget_node(config.state_dir, node, list(stateless.RUNTIME_DIRS))
-        say(f"{node}: stateless boot: {len(gone)} state and runtime entries gone")
-    time.sleep(DOWN_FOR_S)
-    atomic_write(boot_file(lab, node), f"{time.time():.3f}\n", mode=0o644)
-    D.start(lab, daemon, say)
+    try:
+        config = Config.load(lab.hooks_config)
+        SimNode(config.state_dir, node, config.sim_profile_path(node)).reboot()
+        if stateless.is_stateless(lab):
+            gone = stateless.forget_node(config.state_dir, node, list(stateless.RUNTIME_DIRS))
+            say(f"{node}: stateless boot: {len(gone)} state and runtime entries gone")
+    finally:
+        # A node whose reboot went wrong still boots: without its slurmd it would stay
+        # "Not responding" for good (the 2-hour soak of stop 41 lost two nodes so).
+        time.sleep(DOWN_FOR_S)
+        atomic_write(boot_file(lab, node), f"{time.time():.3f}\n", mode=0o644)
+        D.start(lab, daemon, say)
     say(f"{node}: rebooted (RebootProgram); slurmd back in a new boot")
 
 
