@@ -295,3 +295,44 @@ def test_the_lab_reads_its_gb200_trays_as_its_last_nodes(tmp_path):
     with open(lab.gb200_file, "w") as handle:
         handle.write("3\n")                                                     # never every node
     assert lab.gb200_nodes() == ()
+
+
+def test_a_mig_node_lists_each_mig_device_as_a_typed_gres_the_prolog_can_name():
+    """`lab up --mig 1`: gpu3 is h100-mig's node; gres.conf lists its MIG devices by hand (the
+    GPU's and the capability's device files), which is what the prolog names them from."""
+    from dataclasses import replace
+
+    from healthcheck.safeio import tomlio
+    from healthcheck.sim.node import mig_cap_minor
+    from slurm_hooks.gpumap import gres_gpu_types, gres_mig_files, mig_devices_of
+
+    opts = replace(options(), mig=("gpu3",))
+    nodes = {re.search(r"NodeName=(\S+)", line).group(1): line
+             for line in conf_lines(render.slurm_conf(LAB, opts)) if line.startswith("NodeName=")}
+    assert "Gres=gpu:8 " in nodes["gpu1"]
+    assert "Gres=gpu:1g.10gb:4,gpu:3g.40gb:2,gpu:7g.80gb:1,gpu:h100:5 " in nodes["gpu3"]
+    text = render.gres_conf(LAB, opts)
+    listed = gres_mig_files(text, "gpu3", gres_gpu_types(render.slurm_conf(LAB, opts), "gpu3"))
+    assert [mig_devices_of(files) for files in listed] == [
+        (0, mig_cap_minor(0, gi)) for gi in (7, 8, 9, 10)] + [(1, mig_cap_minor(1, 1)), (1, mig_cap_minor(1, 2)),
+                                                            (2, mig_cap_minor(2, 0))] + [(g, None) for g in range(3, 8)]
+    assert gres_mig_files(text, "gpu1") == []                   # whole GPUs by File=
+    config = Config.from_document(tomlio.loads(render.hooks_config(LAB, opts)),
+                                  os.path.join(LAB.etc, "slurm-gpu-hooks.toml"))
+    assert config.sim_profile_path("gpu3") == os.path.join(LAB.sim_profiles, "h100-mig.toml")
+    assert config.expected_hardware("gpu3")["gpus"] == 8
+
+
+def test_the_lab_reads_its_mig_nodes_as_its_last_h100_nodes(tmp_path):
+    lab = LabPaths(str(tmp_path))
+    os.makedirs(lab.etc)
+    assert lab.mig_nodes() == ()
+    with open(lab.mig_file, "w") as handle:
+        handle.write("1\n")
+    assert lab.mig_nodes() == ("gpu3",)
+    with open(lab.gb200_file, "w") as handle:
+        handle.write("1\n")
+    assert lab.mig_nodes() == ("gpu2",)                         # before the GB200 tray
+    with open(lab.mig_file, "w") as handle:
+        handle.write("2\n")                                     # never every H100 node
+    assert lab.mig_nodes() == ()

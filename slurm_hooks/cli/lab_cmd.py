@@ -81,6 +81,11 @@ def lab() -> None:
               help="The last N nodes are GB200 NVL72 compute trays: 4 GPUs each (Gres=gpu:4), the "
                    "gb200-nvl72-healthy profile, one multi-node NVLink domain, their own [[nodes]] group "
                    "(default 0; none again at the next `lab up` without it).")
+@click.option("--mig", "mig", type=click.IntRange(min=0, max=255), default=0, metavar="N",
+              help="The last N H100 nodes are shared with MIG: the h100-mig profile (GPUs 0-2 cut into "
+                   "MIG devices), each MIG device a GRES of its profile's type listed in gres.conf by its "
+                   "GPU's and its capability's device files (default 0; none again at the next `lab up` "
+                   "without it).")
 @click.option("--hooks-off", "hooks_off", is_flag=True,
               help="The baseline bench/scale measures the hooks against: slurm.conf names no Prolog, Epilog, "
                    "EpilogSlurmctld, HealthCheckProgram or TaskProlog, and no slurm-gpu-watch runs. The next "
@@ -90,7 +95,7 @@ def lab() -> None:
                    "slurmctld's state, the slurmd spools, the accounting database) before starting it.")
 @_guarded
 def up(directory: Optional[str], version: Optional[str], health_interval: Optional[int], nodes: Optional[int],
-       stateless_nodes: bool, hooks_off: bool, clean: bool, gb200: int) -> None:
+       stateless_nodes: bool, hooks_off: bool, clean: bool, gb200: int, mig: int) -> None:
     """Install what is missing, start every daemon and one slurm-gpu-watch per node, install the
     hooks (idempotent).
 
@@ -100,7 +105,7 @@ def up(directory: Optional[str], version: Optional[str], health_interval: Option
 
     paths = _lab_paths(directory)
     cluster.up(paths, click.echo, version, health_interval=health_interval, clean=clean, nodes=nodes,
-               stateless_nodes=stateless_nodes, hooks=not hooks_off, gb200=gb200)
+               stateless_nodes=stateless_nodes, hooks=not hooks_off, gb200=gb200, mig=mig)
     for line in cluster.describe_up(paths):
         click.echo(line)
 

@@ -44,17 +44,28 @@ def prepare_tree(lab: LabPaths) -> None:
 
 def make_fake_gpus(lab: LabPaths) -> None:
     """nvidia0..7 per node (0..3 on a GB200 tray): character devices (major 195) that slurmd
-    accepts as GPU files."""
+    accepts as GPU files; on a MIG node also nvidia-caps/nvidia-capN, its MIG devices' capabilities."""
+    mig = lab.mig_nodes()
     for node in lab.nodes():
         for index in range(lab.gpus(node)):
-            path = os.path.join(lab.fake_gpu_dir(node), f"nvidia{index}")
-            wanted = os.makedev(NVIDIA_MAJOR, index)
-            if os.path.lexists(path):
-                info = os.lstat(path)
-                if stat.S_ISCHR(info.st_mode) and info.st_rdev == wanted:
-                    continue
-                os.unlink(path)
-            os.mknod(path, 0o600 | stat.S_IFCHR, wanted)
+            _device(os.path.join(lab.fake_gpu_dir(node), f"nvidia{index}"), os.makedev(NVIDIA_MAJOR, index))
+        caps = os.path.join(lab.fake_gpu_dir(node), "nvidia-caps")
+        if node in mig:
+            make_dir(caps)
+            for _kind, _gpu, cap in render.mig_gres():
+                if cap is not None:
+                    _device(os.path.join(caps, f"nvidia-cap{cap}"), os.makedev(render.NVIDIA_CAPS_MAJOR, cap))
+        elif os.path.isdir(caps) and not os.path.islink(caps):
+            shutil.rmtree(caps)
+
+
+def _device(path: str, wanted: int) -> None:
+    if os.path.lexists(path):
+        info = os.lstat(path)
+        if stat.S_ISCHR(info.st_mode) and info.st_rdev == wanted:
+            return
+        os.unlink(path)
+    os.mknod(path, 0o600 | stat.S_IFCHR, wanted)
 
 
 def db_password(lab: LabPaths) -> str:
@@ -190,7 +201,7 @@ def check_lab_dir(lab: LabPaths) -> None:
 
 def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None,
        health_interval: Optional[int] = None, clean: bool = False, nodes: Optional[int] = None,
-       stateless_nodes: bool = False, hooks: bool = True, gb200: int = 0) -> Dict[str, object]:
+       stateless_nodes: bool = False, hooks: bool = True, gb200: int = 0, mig: int = 0) -> Dict[str, object]:
     """Bring the lab up on Slurm ``version`` (None: the default release). ``health_interval``:
     slurm.conf's HealthCheckInterval (None: the lab's default, 10 s). ``nodes``: how many nodes,
     gpu1..gpuN (None: the default 3); another count than the running lab's stops it first.
@@ -198,7 +209,9 @@ def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None
     (``stateless.py``; off again at the next ``up`` without it). ``hooks`` False: slurm.conf
     names no hook and no watcher runs (bench/scale's baseline; on again at the next ``up``
     without it). ``gb200``: the last N nodes are GB200 NVL72 trays (4 GPUs, one NVLink domain;
-    fewer than the nodes; none again at the next ``up`` without it). ``clean``: stop the lab
+    fewer than the nodes; none again at the next ``up`` without it). ``mig``: the last N H100
+    nodes are shared with MIG (the h100-mig profile, each MIG device a GRES listed in gres.conf;
+    none again at the next ``up`` without it). ``clean``: stop the lab
     and wipe its state first (``wipe_state``): the cluster and the hooks start as on a new
     machine, whatever an earlier run left."""
     require_root()
@@ -209,7 +222,7 @@ def up(lab: LabPaths, echo: Callable[[str], None], version: Optional[str] = None
         if clean:
             _down(lab, echo)
             wiped = wipe_state(lab, make_say(lab, echo))
-        result = _up(lab, echo, release, health_interval, nodes, hooks, gb200)
+        result = _up(lab, echo, release, health_interval, nodes, hooks, gb200, mig)
         stateless.set_stateless(lab, stateless_nodes)
         result["wiped"], result["stateless"] = wiped, stateless_nodes
         return result
@@ -268,11 +281,12 @@ def switch_release(lab: LabPaths, release: releases.Release, echo: Callable[[str
 
 def _up(lab: LabPaths, echo: Callable[[str], None], release: releases.Release,
         health_interval: Optional[int] = None, nodes: Optional[int] = None,
-        hooks: bool = True, gb200: int = 0) -> Dict[str, object]:
+        hooks: bool = True, gb200: int = 0, mig: int = 0) -> Dict[str, object]:
     began = time.monotonic()
     before = switch_release(lab, release, echo)
     resized = resize(lab, nodes or P.DEFAULT_NODE_COUNT, echo)
     reshaped = set_gb200(lab, gb200)
+    reshaped = set_mig(lab, mig) or reshaped
     prepare_tree(lab)
     say = make_say(lab, echo)
     if not _running(lab):
@@ -382,10 +396,23 @@ def set_gb200(lab: LabPaths, count: int) -> bool:
     return lab.gb200_nodes() != before
 
 
+def set_mig(lab: LabPaths, count: int) -> bool:
+    """Record how many of the H100 nodes are MIG nodes (0: none; as set_gb200); True when it changed."""
+    h100 = [node for node in lab.nodes() if node not in lab.gb200_nodes()]
+    if not 0 <= count < len(h100):
+        raise LabError(f"--mig {count}: 0 to {len(h100) - 1} of the lab's {len(h100)} H100 nodes "
+                       "(one at least stays whole)")
+    before = lab.mig_nodes()
+    write_if_changed(lab.mig_file, f"{count}\n", 0o644)
+    return lab.mig_nodes() != before
+
+
 def describe_up(lab: LabPaths) -> List[str]:
     lines = [f"lab directory: {lab.root}", f"slurm: {releases.current(lab).describe()}"]
     if lab.gb200_nodes():
         lines += [f"GB200 NVL72 trays (4 GPUs each, one NVLink domain): {render.nodelist(lab.gb200_nodes())}"]
+    if lab.mig_nodes():
+        lines += [f"MIG nodes (each MIG device a GRES, listed in gres.conf): {render.nodelist(lab.mig_nodes())}"]
     if stateless.is_stateless(lab):
         lines += ["nodes: stateless (a reboot empties the node's state and runtime directories)"]
     lines += ["logs:"]

@@ -10,7 +10,8 @@
       var/run/        pid files of the Slurm daemons
       var/ctld/       slurmctld's StateSaveLocation
       var/d/<node>/   each slurmd's spool
-      fakedev/<node>/ nvidia0..7: character devices (major 195) behind GRES gpu:8
+      fakedev/<node>/ nvidia0..7: character devices (major 195) behind GRES gpu:8; a MIG
+                      node's nvidia-caps/nvidia-capN too (its MIG devices' capabilities)
       munge/          the lab's own munged: socket, pid; private/ holds key, seed, log
       mysql/          the lab's own MariaDB: data/, socket, pid, log
       state/          the hooks' state_dir (hook-runs/ journal, sim/ live node state)
@@ -47,6 +48,8 @@ GPUS_PER_NODE = 8
 # A GB200 NVL72 compute tray (``lab up --gb200 N``): 4 GPUs, the rack one multi-node NVLink domain.
 GB200_GPUS = 4
 GB200_PROFILE = "gb200-nvl72-healthy.toml"
+# A node shared with MIG (``lab up --mig N``): 8 H100, MIG on GPUs 0-2 as the profile cuts them.
+MIG_PROFILE = "h100-mig.toml"
 CPUS_PER_NODE = 8
 REAL_MEMORY_MB = 2000
 CLUSTER_NAME = "lab"
@@ -134,6 +137,22 @@ class LabPaths:
         except (OSError, ValueError):
             return ()
         return nodes[len(nodes) - count:] if 0 < count < len(nodes) else ()
+
+    @property
+    def mig_file(self) -> str:
+        """How many of the H100 nodes are MIG nodes (``lab up --mig N``)."""
+        return self._p("etc", "mig")
+
+    def mig_nodes(self) -> Tuple[str, ...]:
+        """The lab's MIG nodes: the last N of its H100 nodes (those before any GB200 tray), as
+        the last ``lab up --mig N`` made them (none recorded, or not fewer than those: none)."""
+        h100 = tuple(node for node in self.nodes() if node not in self.gb200_nodes())
+        try:
+            with open(self.mig_file, encoding="ascii") as handle:
+                count = int(handle.read().strip())
+        except (OSError, ValueError):
+            return ()
+        return h100[len(h100) - count:] if 0 < count < len(h100) else ()
 
     def gpus(self, node: str) -> int:
         """How many GPUs the lab gives ``node``."""

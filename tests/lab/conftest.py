@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(session, config, items):
     """`lab down` must be the last lab test (it stops what the others use)."""
     # On a release other than the default, the lab tests marked `every_release` run (the
     # scenario table, the records round trip, a health-check drain and resume, the prolog
-    # refusing a bad GPU, the drain gate's acceptance, lab down); the default release runs them
+    # refusing a bad GPU, the drain gate's acceptance, the MIG node, lab down); the default release runs them
     # all, and so does any release with $SLURM_GPU_LAB_ALL_TESTS set.
     # A test marked `rootfs_release` installs into the release's Debian root filesystem: a release
     # run from the host's own packages (22.05) has none, and the test is not collected there.
@@ -103,9 +103,9 @@ def pytest_collection_modifyitems(session, config, items):
     # The job-class, Actions and storm tests inject faults too, and a fault found within
     # `late_evidence_window_s` of a job's end may amend that job's class: they run after the
     # tests that read the scenario jobs' classes. So does the TaskProlog test (an IB port down).
-    # The soak (faults, reboots, daemon restarts, all of it at once), the GB200 trays and the
-    # 32-node test (each restarts the lab twice: reshaped, then the three H100 nodes) run last
-    # before `lab down`.
+    # The soak (faults, reboots, daemon restarts, all of it at once), the GB200 trays, the MIG
+    # node and the 32-node test (each restarts the lab twice: reshaped, then the three H100
+    # nodes) run last before `lab down`.
     def group(item) -> int:
         for rank, module in enumerate(("test_lab_job_classes", "test_lab_actions", "test_lab_gate", "test_lab_served_hooks", "test_lab_taskprolog",
                                        "test_lab_storm", "test_lab_monitoring", "test_lab_healthcheck", "test_lab_remediate",
@@ -113,6 +113,7 @@ def pytest_collection_modifyitems(session, config, items):
                                        "test_lab_watch",
                                        "test_lab_soak",
                                        "test_lab_gb200",
+                                       "test_lab_mig",
                                        "test_lab_scale",
                                        "test_lab_down"), start=1):
             if module in item.nodeid:
