@@ -14,6 +14,8 @@ import pytest
 from healthcheck.actions import kept
 from healthcheck.actions import state as node_state
 
+from slurm_hooks.lab.releases import current as lab_release
+
 from .conftest import slurm_gpu, wait_for
 from .test_lab_remediate import PREFIX, REBOOTING, Remediating, backend, boot_epoch, boot_time, distinct_boots
 
@@ -89,6 +91,7 @@ def test_a_lemon_on_a_stateless_node_gets_exactly_max_reboots_then_inspection(st
             set_extra(lab, "gpu3", "")
 
 
+@pytest.mark.every_release
 def test_a_gpu_lost_once_on_a_stateless_node_is_back_in_service_by_itself(stateless):
     lab, slurm = stateless, backend(stateless)
     with Remediating(lab) as remediating:
@@ -102,6 +105,47 @@ def test_a_gpu_lost_once_on_a_stateless_node_is_back_in_service_by_itself(statel
                                                   and not info.has(*REBOOTING))(slurm.node("gpu2")), timeout=120)
         # The new boot's health state holds no drain: it learnt from Slurm, not from a file.
         assert node_state.load(remediating.state_dir, "gpu2").drained is None
+
+
+@pytest.mark.every_release
+def test_a_foreign_drain_set_while_a_stateless_node_reboots_is_kept(stateless):
+    """Remediation reboots gpu2 for a GPU lost once; while Slurm reboots it, an admin drains it
+    with a reason of their own. The new boot starts with an empty state directory, and the health
+    check, which knows "ours" only from the reason's prefix, leaves that drain alone."""
+    lab, slurm = stateless, backend(stateless)
+    admin = "admin: PSU swap, ticket 4711"
+    with Remediating(lab):
+        before = boot_epoch(lab, "gpu2")
+        try:
+            result = slurm_gpu("sim", "inject", "gpu2", "gpu.3.state=lost", env=lab.env)
+            assert result.returncode == 0, result.stderr
+            wait_for("gpu2 rebooting for us", lambda: slurm.node("gpu2").has(*REBOOTING), timeout=90, every=0.2)
+            logged = os.path.getsize(lab.paths.slurmctld_log)
+            done = lab.run("scontrol", "update", "nodename=gpu2", "state=drain", f"reason={admin}")
+            assert done.returncode == 0, done.stderr
+            wait_for("gpu2 rebooted (a new BootTime)",
+                     lambda: distinct_boots([before, boot_epoch(lab, "gpu2")]) == 2, timeout=180)
+            wait_for("gpu2's reboot over", lambda: not slurm.node("gpu2").has(*REBOOTING), timeout=120)
+            time.sleep(25)                                 # two more health-check intervals
+            info = slurm.node("gpu2")
+            if info.drained or lab_release(lab.paths).version != "22.05":
+                # Slurm adds its own words to the reason ("admin: ... : reboot issued"): the text
+                # is still the admin's, not ours.
+                assert info.drained and info.reason.startswith(admin), (info.state, info.reason)
+            else:
+                # 22.05 itself ends the drain with the reboot (measured: slurmctld logs the drain
+                # as "state set to REBOOT", then "node gpu2 returned to service"); the health
+                # check never touched the node after the admin's words.
+                with open(lab.paths.slurmctld_log, encoding="utf-8", errors="replace") as handle:
+                    handle.seek(logged)
+                    after = [line for line in handle.read().splitlines() if " gpu2 " in line + " "]
+                assert any("node gpu2 returned to service" in line for line in after), after
+                assert not [line for line in after if "update_node: node gpu2" in line
+                            and "admin: " not in line and "set to REBOOT" not in line], after
+        finally:
+            slurm_gpu("sim", "reset", "gpu2", env=lab.env)
+            if slurm.node("gpu2").reason.startswith(admin):
+                slurm.resume("gpu2")
 
 
 def test_records_queued_while_slurmdbd_is_down_reach_accounting_though_the_node_is_rebooted(stateless):
