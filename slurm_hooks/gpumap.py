@@ -56,6 +56,13 @@ def _char_minor(path: str) -> Optional[int]:
     return os.minor(info.st_rdev) if stat.S_ISCHR(info.st_mode) else None
 
 
+def owners_of_minor(minor: int, by_minor: Mapping[int, Any], unread: List[Any]) -> List[Any]:
+    """The GPU(s) a device file's minor number belongs to: the readable GPU with that minor, else
+    every GPU whose minor NVML could not read (a GPU that fell off the bus has none to match, and
+    is exactly the one to catch)."""
+    return [by_minor[minor]] if minor in by_minor else list(unread)
+
+
 def gres_to_nvml(gres: Iterable[int], devices: List[Tuple[str, int]],
                  nvml_minors: Mapping[int, Optional[int]]) -> Tuple[List[int], str]:
     """Map GRES indices to NVML indices. ``devices`` from ``device_minors``, ``nvml_minors``
@@ -79,13 +86,12 @@ def gres_to_nvml(gres: Iterable[int], devices: List[Tuple[str, int]],
         if index >= len(devices):
             return gres, f"identity (GRES index {index} but only {len(devices)} device files)"
         minor = devices[index][1]
-        if minor in by_minor:
-            mapped.append(by_minor[minor])
-        elif unreadable:
-            mapped.extend(i for i in unreadable if i not in mapped)
-            how = "minor, unreadable"
-        else:
+        owners = owners_of_minor(minor, by_minor, unreadable)
+        if not owners:
             return gres, f"identity (no NVML GPU has minor number {minor})"
+        if minor not in by_minor:
+            how = "minor, unreadable"
+        mapped.extend(i for i in owners if i not in mapped)
     return mapped, how
 
 
@@ -286,8 +292,8 @@ def mig_from_gres(gres: Iterable[int], devices: List[Tuple[Optional[int], Option
     capability minor), ``caps`` from ``mig_cap_minors``, ``gpus`` the NVML probe's GpuFacts.
     Each {"gres_index", "uuid", "gpu", "gpu_uuid", "gpu_instance", "compute_instance"}, None where
     unknown. A parent NVML cannot read (a lost GPU has no minor number to match) answers nothing
-    of its instances: when exactly one GPU is unread, a minor no readable GPU has is that one's,
-    as ``gres_to_nvml`` takes it."""
+    of its instances: a minor no readable GPU has is the unread GPU's when there is exactly one
+    (``owners_of_minor``, the rule ``gres_to_nvml`` uses)."""
     gpus = list(gpus)
     by_minor = {g.minor_number: g for g in gpus if g.minor_number is not None}
     unread = [g for g in gpus if g.minor_number is None]
@@ -295,9 +301,8 @@ def mig_from_gres(gres: Iterable[int], devices: List[Tuple[Optional[int], Option
     for index in gres:
         parent_minor, cap = devices[index] if 0 <= index < len(devices) else (None, None)
         gpu_minor, gi, ci = caps.get(cap, (parent_minor, None, None)) if cap is not None else (parent_minor, None, None)
-        parent = by_minor.get(gpu_minor)
-        if parent is None and gpu_minor is not None and len(unread) == 1:
-            parent = unread[0]
+        owners = owners_of_minor(gpu_minor, by_minor, unread) if gpu_minor is not None else []
+        parent = owners[0] if len(owners) == 1 else None
         device: Dict[str, Any] = {}
         if parent is not None and gi is not None:
             matches = [d for d in parent.mig_devices or () if d.get("gpu_instance") == gi
