@@ -130,13 +130,7 @@ class LabPaths:
     def gb200_nodes(self) -> Tuple[str, ...]:
         """The lab's GB200 trays: its last N nodes, as the last ``lab up --gb200 N`` made them
         (none recorded, or not fewer than the nodes: none)."""
-        nodes = self.nodes()
-        try:
-            with open(self.gb200_file, encoding="ascii") as handle:
-                count = int(handle.read().strip())
-        except (OSError, ValueError):
-            return ()
-        return nodes[len(nodes) - count:] if 0 < count < len(nodes) else ()
+        return _last_counted(self.nodes(), self.gb200_file)
 
     @property
     def mig_file(self) -> str:
@@ -146,13 +140,7 @@ class LabPaths:
     def mig_nodes(self) -> Tuple[str, ...]:
         """The lab's MIG nodes: the last N of its H100 nodes (those before any GB200 tray), as
         the last ``lab up --mig N`` made them (none recorded, or not fewer than those: none)."""
-        h100 = tuple(node for node in self.nodes() if node not in self.gb200_nodes())
-        try:
-            with open(self.mig_file, encoding="ascii") as handle:
-                count = int(handle.read().strip())
-        except (OSError, ValueError):
-            return ()
-        return h100[len(h100) - count:] if 0 < count < len(h100) else ()
+        return _last_counted(tuple(node for node in self.nodes() if node not in self.gb200_nodes()), self.mig_file)
 
     def gpus(self, node: str) -> int:
         """How many GPUs the lab gives ``node``."""
@@ -327,3 +315,14 @@ class LabPaths:
 def slurmd_port(node: str) -> int:
     """gpuN listens on SLURMD_FIRST_PORT + N - 1 (one port per slurmd on the one host)."""
     return SLURMD_FIRST_PORT + int(node[len(NODE_PREFIX):]) - 1
+
+
+def _last_counted(nodes: Tuple[str, ...], count_file: str) -> Tuple[str, ...]:
+    """The last N of ``nodes``, N as ``count_file`` holds it (none when it is missing, unreadable,
+    or not fewer than the nodes)."""
+    try:
+        with open(count_file, encoding="ascii") as handle:
+            count = int(handle.read().strip())
+    except (OSError, ValueError):
+        return ()
+    return nodes[len(nodes) - count:] if 0 < count < len(nodes) else ()

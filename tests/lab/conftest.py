@@ -30,6 +30,15 @@ def slurm_gpu(*args: str, timeout: float = 120, env=None) -> subprocess.Complete
                           env=env, stdin=subprocess.DEVNULL)
 
 
+def lab_up_clean(*extra: str) -> None:
+    """`slurm-gpu lab up --clean EXTRA...`: a test that reshapes the lab (GB200 trays, a MIG
+    node) and puts the three H100 nodes back with no arguments."""
+    done = slurm_gpu("lab", "up", "--clean", *extra, timeout=UP_TIMEOUT)
+    if done.returncode != 0:
+        pytest.fail(f"`slurm-gpu lab up --clean {' '.join(extra)}` failed:\n{tail(done.stdout)}\n{tail(done.stderr)}",
+                    pytrace=False)
+
+
 def wait_for(what: str, probe, timeout: float = 60, every: float = 0.5):
     """Poll ``probe`` until it returns something true (returned) or fail the test after ``timeout``
     seconds. For polling only: no test asserts how long anything took."""

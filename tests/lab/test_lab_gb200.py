@@ -13,19 +13,12 @@ import pytest
 
 from healthcheck.hooklib.runlog import read_runs
 
-from .conftest import UP_TIMEOUT, slurm_gpu, tail, wait_for
+from .conftest import lab_up_clean as lab_up, slurm_gpu, wait_for
 
 pytestmark = pytest.mark.lab
 
 TRAYS = ("gpu2", "gpu3")
 LIMITED = 'gpu.2.fabric.health_summary="limited_capacity"'
-
-
-def lab_up(*extra: str) -> None:
-    done = slurm_gpu("lab", "up", "--clean", *extra, timeout=UP_TIMEOUT)
-    if done.returncode != 0:
-        pytest.fail(f"`slurm-gpu lab up --clean {' '.join(extra)}` failed:\n{tail(done.stdout)}\n{tail(done.stderr)}",
-                    pytrace=False)
 
 
 def healthy_runs(lab, node: str, since: float) -> int:
