@@ -57,11 +57,6 @@ EXIT_STATUS = (
 )
 
 
-def exit_status_text() -> str:
-    width = max(len(name) for name, _ in EXIT_STATUS)
-    return "\n".join(f"{name:<{width}}  {codes}" for name, codes in EXIT_STATUS)
-
-
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> List[str]:
         return sorted(SUBCOMMANDS)

@@ -175,7 +175,6 @@ def summary(config_path, since_text, until_text, users, accounts, partitions, no
 
 def _run(cfg, since, until, users, accounts, partitions, nodes, states, causes, job_ids, input_path, sinfo_path,
          events_path, mode, csv_table, per_job, html_path, top_nodes, workers=None) -> None:
-    from slurm_hooks.summary import drains as drains_mod
     from healthcheck.safeio import programs
     from healthcheck.slurm import SlurmError
     from slurm_hooks.summary.accounting import (LIVE_DELIMITER, AccountingError, LineCap, LineFeed,

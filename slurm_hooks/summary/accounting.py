@@ -256,10 +256,6 @@ def detect_delimiter(first_line: str) -> str:
     return DEFAULT_DELIMITER
 
 
-def is_header(parts: Sequence[str]) -> bool:
-    return len(parts) >= 2 and parts[0] == SACCT_FIELDS[0] and parts[1] == SACCT_FIELDS[1]
-
-
 class RowReader:
     """``SACCT_FIELDS`` rows from sacct lines, a list of lines at a time (what ``read_rows``
     does line by line): a header line (sacct without ``-n``) is checked against the contract,

@@ -153,10 +153,6 @@ def read_document(path: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
     return read_bytes(path, limit)
 
 
-def load_sinfo_file(path: str) -> Dict[str, Any]:
-    return parse_sinfo_document(read_document(path), path)
-
-
 def parse_sinfo_document(raw: bytes, path: str) -> Dict[str, Any]:
     try:
         return json.loads(raw.decode("utf-8", "replace"))

@@ -115,9 +115,5 @@ def build(tally: Tally, window: Dict[str, Any], drained: List[Dict[str, Any]], n
     }
 
 
-def hardware_causes(report: Dict[str, Any]) -> List[str]:
-    return [cause for cause, row in report["by_cause"].items() if row.get("hardware")]
-
-
 def top(rows: List[Dict[str, Any]], n: Optional[int]) -> List[Dict[str, Any]]:
     return rows if n is None else rows[:n]
