@@ -52,6 +52,15 @@ def test_slurmdbd_tables_read_alike_and_writes_are_job_modifications():
     assert scale.dbd_writes(tables["by_type"]) == 0          # no record delivered in that window
 
 
+def test_a_host_with_the_old_pid_max_is_refused_above_64_nodes():
+    # 256 nodes on pid_max 32,768: slurmctld, then slurmdbd, died at pthread_create here.
+    problem = scale.pid_room_problem(32768, 256)
+    assert problem and "kernel.pid_max is 32768" in problem and "sysctl -w kernel.pid_max=4194304" in problem
+    assert "\n" not in problem
+    assert scale.pid_room_problem(32768, 64) is None            # 64 nodes ran with it
+    assert scale.pid_room_problem(4194304, 256) is None
+
+
 def test_docs_scale_names_every_key_bench_scale_writes():
     import re
 

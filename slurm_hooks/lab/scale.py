@@ -26,6 +26,21 @@ HOOK_RPC_TYPES = ("REQUEST_JOB_INFO_SINGLE", "REQUEST_JOB_INFO", "REQUEST_FED_IN
 
 CONTROLLER = ("slurmctld", "slurmscriptd", "slurmdbd", "mariadbd")
 
+# One host holds every simulated node's slurmd, slurmstepd and hook processes, and each needs pids
+# (threads count). At 256 nodes a host with the kernel's old default pid_max (32,768) ran out
+# twice here: slurmctld, then slurmdbd died at pthread_create (EAGAIN). 4,194,304 is what systemd
+# sets on 64-bit hosts (sysctl.d/50-pid-max.conf); 64 nodes ran with 32,768.
+PID_MAX_WANTED = 4194304
+PID_MAX_ENOUGH_UP_TO_NODES = 64
+
+
+def pid_room_problem(pid_max: int, nodes: int) -> Optional[str]:
+    """Why this host cannot simulate ``nodes`` nodes (a one-line reason), or None when it can."""
+    if nodes <= PID_MAX_ENOUGH_UP_TO_NODES or pid_max >= PID_MAX_WANTED:
+        return None
+    return (f"kernel.pid_max is {pid_max}: {nodes} simulated nodes need {PID_MAX_WANTED} (as systemd sets it); "
+            f"run 'sysctl -w kernel.pid_max={PID_MAX_WANTED}' first")
+
 
 def parse_sdiag(text: str) -> Dict[str, Dict[str, int]]:
     """``sdiag``'s two RPC tables: {"by_type": {name: count}, "by_user": {name: count}}; slurmdbd's
