@@ -150,6 +150,19 @@ def test_a_hook_without_a_config_file_says_it_runs_on_defaults(capsys):
     assert load_config_or_none({}, "taskprolog") is not None and capsys.readouterr().err == ""
 
 
+def test_the_example_config_runs_every_check_a_default_tier_has():
+    # A tier set in the example replaces the default whole: the example's prolog list of an older
+    # release ran no gpu.recovery_action, nvlink.fabric_health, nvlink.c2c or imex.domain.
+    from healthcheck.config import Config
+
+    example = Config.load(os.path.join(ROOT, "etc", "slurm-gpu-hooks.toml"))
+    defaults = Config.builtin()
+    assert {"nvlink.c2c", "imex.domain"} <= set(defaults.tier("prolog"))
+    for tier in ("prolog", "health", "deep"):
+        missing = set(defaults.tier(tier)) - set(example.tier(tier))
+        assert not missing, (tier, sorted(missing))
+
+
 def test_the_example_config_is_complete_and_valid():
     """etc/slurm-gpu-hooks.toml, "a complete, commented example", has every section."""
     from healthcheck.config import CONFIG_SCHEMA, Config, read_document
