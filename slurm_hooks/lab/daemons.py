@@ -205,7 +205,8 @@ def _munge_ready(lab: LabPaths) -> bool:
 # cause slurmdbd to fatal when a write conflicts with a concurrent transaction. Set
 # innodb_snapshot_isolation=OFF") and then does: seen in CI, a fatal "1020 Record has changed since
 # last read in table 'lab_job_table'" in the middle of the lab tests, and no accounting after it.
-# "loose-": MariaDB 10.11 (Debian 12, the 22.05 lab) has no such variable and warns, not refuses.
+# Debian 12's MariaDB 10.11.19 (the 22.05 lab) has the variable, off; "loose-" makes a server
+# too old to know it warn, not refuse.
 MARIADB_SLURM_SETTINGS = ("--loose-innodb-snapshot-isolation=OFF",)
 
 
