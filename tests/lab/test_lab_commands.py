@@ -71,8 +71,8 @@ def test_everything_lives_in_the_lab_directory(lab):
 
 def test_the_database_server_runs_as_slurmdbd_asks(lab):
     # slurmdbd 26.05 exits on a write conflict when innodb_snapshot_isolation is on (MariaDB 11.8's
-    # default): it did in CI, mid-suite. MariaDB 10.11 has the variable since 10.11.10, default off
-    # (CI's 22.05 lab, 10.11.19, shows it OFF); an older 10.11 has none. Either way it is not on.
+    # default): it did in CI, mid-suite. Debian 12's MariaDB 10.11.19 (the 22.05 lab) shows it OFF;
+    # an older 10.x may not know it. Either way it is not on.
     from slurm_hooks.lab.commands import run
     from slurm_hooks.lab.install import command
 
