@@ -178,33 +178,54 @@ def _record_not_kept(config, record: Dict[str, Any], backend, exc: OSError, who:
     print(f"slurm-gpu-epilog: {who}: record not saved ({cls}): {exc}", file=sys.stderr)
     out = {"record": f"not saved: {exc.strerror or exc}"}
     if wanted:
-        out["accounting"] = _deliver_unkept(config, record, backend)
+        out.update(_deliver_unkept(config, record, backend))
     return out
 
 
-def _deliver_unkept(config, record: Dict[str, Any], backend) -> str:
-    """The entry of a record the state dir could not keep: nothing is left to queue it from or
-    to deliver it later, so it is written to accounting now, once, as the queue writes (read,
-    merge, write, verify). A job not yet in accounting, or slurmdbd down, loses it: said on
-    stderr and in the journal."""
+# A record the state dir cannot keep: how long its entry is tried (in accounting, and the record
+# on disk again), at most, within the run's deadline, and how far apart the tries are.
+UNKEPT_TRY_FOR_S = 40.0
+UNKEPT_RETRY_S = 5.0
+
+
+def _deliver_unkept(config, record: Dict[str, Any], backend, sleep=time.sleep) -> Dict[str, str]:
+    """The entry of a record the state dir could not keep, written to accounting at once, as the
+    queue writes (read, merge, write, verify). When that fails (the job not in accounting yet: its
+    start still in slurmctld's queue for a slurmdbd that has just come back; or slurmdbd down),
+    the record is written to the state dir again (space may be back: then its entry is queued as
+    usual) and the entry to accounting again, every UNKEPT_RETRY_S, for UNKEPT_TRY_FOR_S within
+    the run's deadline. Only then is it lost: said on stderr and in the journal. The 2-hour soak
+    lost 6 entries when a full state disk met a slurmdbd just back (docs/reliability.md)."""
     from healthcheck.records import store
     from healthcheck.records.outbox import DeliverySettings, write_entries
+    from healthcheck.safeio import run_deadline
     from healthcheck.slurm.backend import SlurmError
     from healthcheck.slurm.job_accounting import SlurmAccounting
 
     job_id = str(record["job_id"])
-    try:
-        written = write_entries(SlurmAccounting(backend), job_id, [store.entry_for(record)],
-                                DeliverySettings.from_config(config))
-        problem = "" if written.delivered else (written.reason or "not delivered")
-    except SlurmError as exc:
-        problem = str(exc)
-    if not problem:
-        _note("entry", "delivered at once")
-        return "delivered at once (record not kept)"
+    settings = DeliverySettings.from_config(config)
+    until = time.monotonic() + run_deadline.within(UNKEPT_TRY_FOR_S)
+    while True:
+        try:
+            written = write_entries(SlurmAccounting(backend), job_id, [store.entry_for(record)], settings)
+            problem = "" if written.delivered else (written.reason or "not delivered")
+        except SlurmError as exc:
+            problem = str(exc)
+        if not problem:
+            _note("entry", "delivered at once")
+            return {"accounting": "delivered at once (record not kept)"}
+        if time.monotonic() + UNKEPT_RETRY_S >= until:
+            break
+        sleep(UNKEPT_RETRY_S)
+        try:
+            store.write_record(config.state_dir, record)
+        except OSError:
+            continue
+        _note("record", "written")
+        return {"record": "saved on a later try", "accounting": _queue_and_deliver(config, record, backend)}
     print(f"slurm-gpu-epilog: job {job_id}: accounting entry lost: the record could not be kept and "
           f"writing it at once failed: {problem}", file=sys.stderr)
-    return f"lost: {problem}"
+    return {"accounting": f"lost: {problem}"}
 
 
 # -- EpilogSlurmctld ------------------------------------------------------------------------------

@@ -454,8 +454,58 @@ def test_an_entry_that_cannot_be_kept_nor_written_is_said_lost(node, monkeypatch
     node["env"].delenv("SLURMD_NODENAME")
     node["env"].setenv("SLURM_JOB_EXIT_CODE2", "3:0")
     backend = _disk_full(node, monkeypatch, jobs_in_accounting=())
+    monkeypatch.setattr(epilog, "UNKEPT_TRY_FOR_S", 0.0)        # no time left for a second try
     assert epilog.main([]) == 0
     err = capsys.readouterr().err
     assert "job 5: accounting entry lost: the record could not be kept and writing it at once failed: " \
            "the job is not in accounting yet" in err, err
     assert not backend.writes()
+
+
+def test_an_unkept_entry_is_tried_again_until_accounting_knows_the_job(node, monkeypatch, capsys):
+    # The 2-hour soak: the state disk full as slurmdbd came back, the job's start still on its way
+    # to accounting. The first read finds no row; a later one does, and the entry goes there.
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmctld")
+    node["env"].delenv("SLURMD_NODENAME")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "3:0")
+    backend = _disk_full(node, monkeypatch, jobs_in_accounting=())
+    monkeypatch.setattr(epilog, "UNKEPT_RETRY_S", 0.0)
+    reads = []
+    accounting = backend.accounting
+
+    def arriving(job_ids, fields, every_incarnation=False):
+        reads.append(job_ids)
+        if len(reads) == 3 and not backend.accounting_rows:
+            backend.accounting_rows.append({"JobID": "5", "JobIDRaw": "5", "AdminComment": ""})
+        return accounting(job_ids, fields, every_incarnation)
+
+    monkeypatch.setattr(backend, "accounting", arriving)
+    assert epilog.main([]) == 0
+    [entry] = _entries(backend, "5")
+    assert entry["class"].upper() == "FAILED" and entry["node"] == "*", entry
+    assert "entry lost" not in capsys.readouterr().err and len(reads) >= 3
+
+
+def test_an_unkept_record_is_kept_and_queued_once_the_state_dir_has_room_again(node, monkeypatch):
+    import errno
+
+    from healthcheck.records import store
+
+    node["env"].setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmctld")
+    node["env"].delenv("SLURMD_NODENAME")
+    node["env"].setenv("SLURM_JOB_EXIT_CODE2", "3:0")
+    write_record = store.write_record
+    backend = _disk_full(node, monkeypatch, jobs_in_accounting=())
+    monkeypatch.setattr(epilog, "UNKEPT_RETRY_S", 0.0)
+    tries = []
+
+    def full_once(*args, **kwargs):
+        tries.append(1)
+        if len(tries) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_record(*args, **kwargs)
+
+    monkeypatch.setattr("healthcheck.records.store.write_record", full_once)
+    assert epilog.main([]) == 0
+    assert len(tries) == 2 and store.read_record(node["state"], "5", store.JOB_LEVEL) is not None
+    assert set(outbox.pending(node["state"])) == {"5"}        # queued: accounting does not know the job yet
