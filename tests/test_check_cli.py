@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from .checks_support import ANSWER_TIMEOUT_S, HANG_TIMEOUT_S
 from .conftest import ROOT, SIM_PROFILES, run_cli
 
 H100_NODE = """
@@ -25,11 +26,21 @@ power_limit_w = 700
 """
 
 
+def write_config(tmp_path, probe_timeout_s: float, name: str = "config.toml") -> str:
+    path = tmp_path / name
+    path.write_text(f'[gpu]\nprobe_timeout_s = {probe_timeout_s}\n' + H100_NODE)
+    return str(path)
+
+
 @pytest.fixture
 def config_file(tmp_path, isolated_env):
-    path = tmp_path / "config.toml"
-    path.write_text('[gpu]\nprobe_timeout_s = 1.0\n' + H100_NODE)
-    return str(path)
+    return write_config(tmp_path, ANSWER_TIMEOUT_S)
+
+
+@pytest.fixture
+def hang_config_file(tmp_path, isolated_env):
+    """A short deadline for the runs that hang on purpose."""
+    return write_config(tmp_path, HANG_TIMEOUT_S, "hang.toml")
 
 
 def check(config, profile, *extra):
@@ -43,8 +54,8 @@ def check(config, profile, *extra):
     ("h100-xid79-gpu-lost.toml", 2, "fail"),
     ("h100-gpu-hang.toml", 3, "error"),
 ])
-def test_exit_status_follows_the_worst_finding(config_file, profile, code, status):
-    result = check(config_file, profile, "--json")
+def test_exit_status_follows_the_worst_finding(config_file, hang_config_file, profile, code, status):
+    result = check(hang_config_file if status == "error" else config_file, profile, "--json")
     assert result.exit_code == code, result.stdout + result.stderr
     doc = json.loads(result.stdout)
     assert set(doc) == {"v", "node", "status", "findings", "duration_ms"} and doc["v"] == 1
@@ -114,11 +125,11 @@ def test_sim_runs_leave_no_state_behind_unless_the_config_names_a_state_dir(tmp_
     assert (state / "counters" / "gpu1.json").exists()
 
 
-def test_a_hanging_gpu_does_not_hold_the_callers_pipe(config_file):
+def test_a_hanging_gpu_does_not_hold_the_callers_pipe(hang_config_file):
     """Run as a real process with pipes, the way slurmd runs hooks: it ends within the deadline."""
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", "from slurm_hooks.cli import main; main()", "check", "--config", config_file,
-                           "--node", "gpu1", "--sim", os.path.join(SIM_PROFILES, "h100-nvml-hang.toml")],
+    proc = subprocess.run([sys.executable, "-c", "from slurm_hooks.cli import main; main()", "check", "--config",
+                           hang_config_file, "--node", "gpu1", "--sim", os.path.join(SIM_PROFILES, "h100-nvml-hang.toml")],
                           capture_output=True, text=True, timeout=30, cwd=ROOT,
                           env={k: v for k, v in os.environ.items() if k != "SLURM_GPU_HOOKS_CONFIG"})
     assert proc.returncode == 3, proc.stderr

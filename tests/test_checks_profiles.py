@@ -14,7 +14,8 @@ from healthcheck.runner import run_checks
 from healthcheck.sim.node import SimNode
 from healthcheck.sim.profile import load_profile
 
-from .checks_support import ALL_SIM_CHECKS, HARDWARE, PERFTEST_CHECKS, hardware_for, make_config, sim
+from .checks_support import (ALL_SIM_CHECKS, ANSWER_TIMEOUT_S, HANG_TIMEOUT_S, HARDWARE, PERFTEST_CHECKS,
+                             hardware_for, make_config, sim)
 from .conftest import SIM_PROFILES
 
 PROFILES = sorted(glob.glob(os.path.join(SIM_PROFILES, "*.toml")))
@@ -28,7 +29,9 @@ def expected_ids(profile):
 def run_profile(tmp_path, path, tier="health", hardware=True, **kwargs):
     profile = load_profile(path)
     checks = ALL_SIM_CHECKS + [cid for cid in PERFTEST_CHECKS if cid in profile.get("expect", {}).get("findings", [])]
+    hangs = "probe.timeout" in profile.get("expect", {}).get("findings", [])
     cfg = make_config(hardware=hardware_for(profile["gpu"][0]["name"]) if hardware else None,
+                      timeout_s=HANG_TIMEOUT_S if hangs else ANSWER_TIMEOUT_S,
                       tiers={"health": checks}, perftest={"server_wait_s": 0.1, "duration_s": 1})
     return profile, run_checks(cfg, "n1", tier, sources=sim(tmp_path, path), **kwargs)
 
@@ -83,7 +86,7 @@ def test_prolog_judges_only_the_jobs_gpus(tmp_path):
 
 @pytest.mark.parametrize("name", ["h100-nvml-hang.toml", "h100-gpu-hang.toml"])
 def test_a_hang_is_an_error_finding_within_the_deadline(tmp_path, name):
-    deadline, margin = 1.0, 3.0
+    deadline, margin = HANG_TIMEOUT_S, 3.0
     cfg = make_config(hardware=HARDWARE["H100"], timeout_s=deadline)
     sources = sim(tmp_path, os.path.join(SIM_PROFILES, name))
     started = time.monotonic()
