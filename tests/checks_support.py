@@ -54,6 +54,9 @@ def hardware_for(gpu_name: str) -> Dict[str, Any]:
 # host is never read as a hang. A test that wants a hang names its short deadline (HANG_TIMEOUT_S).
 ANSWER_TIMEOUT_S = 20.0
 HANG_TIMEOUT_S = 1.0
+# One hung GPU among siblings that answer: they must answer in the deadline's first half
+# (probe_health.LONE_HANG_ANSWERED_WITHIN), which a loaded host's probe child does in 2 s, not in 0.5.
+LONE_HANG_TIMEOUT_S = 4.0
 
 
 def make_config(node: str = "n1", hardware: Optional[Dict[str, Any]] = None, timeout_s: float = ANSWER_TIMEOUT_S,

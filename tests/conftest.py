@@ -21,7 +21,7 @@ def sim_config(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text(
         '[paths]\nstate_dir = "state"\n'
-        '[gpu]\nbackend = "sim"\nprobe_timeout_s = 2.0\n'
+        '[gpu]\nbackend = "sim"\nprobe_timeout_s = 20.0\n'           # no run here hangs on purpose: a slow host is no hang
         '[sim]\nprofile = "sim/h100-healthy.toml"\n'
         'nodes = { gpu2 = "sim/h100-xid79-gpu-lost.toml", pcie1 = "sim/pcie-l40s-healthy.toml" }\n'
         '[[nodes]]\nmatch = "gpu[1-3]"\ngpus = 8\ngpu_model = "H100"\nnvlinks_per_gpu = 18\n'

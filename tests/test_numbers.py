@@ -45,7 +45,9 @@ def test_config_check_rejects_numbers_no_hook_can_use(tmp_path, text, key):
 
 def test_check_with_an_infinite_probe_timeout_gives_one_line_not_a_crash(sim_config, tmp_path):
     with open(sim_config, encoding="utf-8") as handle:
-        text = handle.read().replace("probe_timeout_s = 2.0", "probe_timeout_s = inf")
+        text = handle.read()
+    assert "probe_timeout_s = 20.0" in text
+    text = text.replace("probe_timeout_s = 20.0", "probe_timeout_s = inf")
     path = tmp_path / "inf.toml"
     path.write_text(text)
     result = run_cli(["check", "--config", str(path), "--node", "gpu1"])
