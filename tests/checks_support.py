@@ -50,7 +50,7 @@ def hardware_for(gpu_name: str) -> Dict[str, Any]:
 
 
 # The probe deadline of a test that expects every GPU to answer: far above what a loaded CI host
-# (the unit tests beside three lab clusters) takes to start the probe child and ask NVML, so a slow
+# (the unit tests run beside the lab tests of other releases) takes to start the probe child and ask NVML, so a slow
 # host is never read as a hang. A test that wants a hang names its short deadline (HANG_TIMEOUT_S).
 ANSWER_TIMEOUT_S = 20.0
 HANG_TIMEOUT_S = 1.0
