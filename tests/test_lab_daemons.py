@@ -34,3 +34,32 @@ def test_a_process_working_in_the_lab_is_the_labs_and_one_working_elsewhere_is_n
         for child in (ours, theirs):
             child.kill()
             child.wait()
+
+
+def test_lab_down_stops_the_daemons_when_slurmctld_is_too_busy_to_answer(tmp_path, monkeypatch):
+    """At 256 nodes on 2 cores slurmctld stopped answering squeue; `lab down` then raised at its
+    job cancellation and left 2,000 processes running. Cancelling is a courtesy: the daemons
+    are stopped whatever squeue says."""
+    from slurm_hooks.lab import LabError, cluster, monitoring, watchers
+
+    lab = LabPaths(str(tmp_path / "lab"))
+    os.makedirs(lab.log)
+    ctld = daemons.Daemon("slurmctld", "slurmctld", str(tmp_path / "ctld.pid"), "", None, None, 1, 1)
+    monkeypatch.setattr(daemons.Daemon, "pid", lambda self, lab: 4242)
+    monkeypatch.setattr(daemons, "daemons", lambda lab: [ctld])
+    monkeypatch.setattr(daemons, "by_name", lambda lab, name: ctld)
+    stopped = []
+    monkeypatch.setattr(daemons, "stop", lambda lab, table, say: stopped.extend(d.name for d in table) or
+                        [d.name for d in table])
+    monkeypatch.setattr(daemons, "leftovers", lambda lab: {})
+    monkeypatch.setattr(monitoring, "down", lambda lab, say: [])
+    monkeypatch.setattr(watchers, "stop_all", lambda lab, say: ["watch gpu1"])
+    monkeypatch.setattr(cluster, "remove_cgroups", lambda lab: None)
+
+    def squeue_hangs(argv, **kwargs):
+        raise LabError("squeue -h -o %A: no answer within 10 s")
+    monkeypatch.setattr(cluster, "run", squeue_hangs)
+    said = []
+    result = cluster._down(lab, said.append)
+    assert "slurmctld" in stopped and "watch gpu1" in result["stopped"]
+    assert any("jobs not cancelled" in line and "no answer" in line for line in said)
