@@ -427,6 +427,16 @@ def describe_up(lab: LabPaths) -> List[str]:
 
 # -- down --------------------------------------------------------------------------------------
 def cancel_all_jobs(lab: LabPaths, say: Say) -> None:
+    """A courtesy before the daemons stop: whatever Slurm answers, or fails to, the job
+    processes are stopped after it. A slurmctld too busy to answer (seen at 256 nodes on 2
+    cores) must not keep the lab up."""
+    try:
+        _cancel_all_jobs(lab, say)
+    except LabError as exc:
+        say(f"jobs not cancelled ({exc}); their processes are stopped below")
+
+
+def _cancel_all_jobs(lab: LabPaths, say: Say) -> None:
     env = slurm_env(lab)
     result = run([command(lab, "squeue"), "-h", "-o", "%A"], env=env, check=False, timeout=10)
     ids = [line.strip() for line in result.stdout.splitlines() if line.strip().isdigit()]
@@ -460,12 +470,7 @@ def _down(lab: LabPaths, echo: Callable[[str], None]) -> Dict[str, object]:
     stopped: List[str] = monitoring.down(lab, say)
     ctld = D.by_name(lab, "slurmctld")
     if ctld.pid(lab) is not None:
-        try:
-            cancel_all_jobs(lab, say)
-        except LabError as exc:
-            # A slurmctld too busy to answer (seen at 256 nodes on 2 cores) must not keep the lab
-            # up: cancelling is a courtesy, the daemons and job processes are stopped below.
-            say(f"jobs not cancelled ({exc}); their processes are stopped below")
+        cancel_all_jobs(lab, say)
     stopped += watchers.stop_all(lab, say)
     # Reverse start order; the three slurmd together.
     stopped += D.stop(lab, [d for d in table if d.name.startswith("slurmd ")], say)
